@@ -1,0 +1,52 @@
+"""Gradient methods: name -> callable(model, x, y) -> (loss, {parameter name: gradient}).
+
+Every method has the same signature: given an ``MLP`` and a batch (x: (B, D_in), y: (B, D_out)) it
+returns the 0-d loss (gradlab's MSE convention, see gradlab.models) and a dict with one gradient
+tensor per named parameter, shaped like the parameter. Users bring their own method as an import
+path ("package.module.function" or "package.module:function") to any callable of that signature.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from torch import Tensor
+
+from gradlab.grads.autograd import autograd
+from gradlab.grads.function import function
+from gradlab.grads.fused import fused
+from gradlab.grads.manual import manual
+from gradlab.grads.numerical import numerical
+from gradlab.models import MLP
+
+GradMethod = Callable[[MLP, Tensor, Tensor], "tuple[Tensor, dict[str, Tensor]]"]
+
+METHODS: dict[str, GradMethod] = {
+    "autograd": autograd,
+    "manual": manual,
+    "function": function,
+    "fused": fused,
+    "numerical": numerical,
+}
+
+
+def resolve(method: str | GradMethod) -> GradMethod:
+    """A built-in method by name, a callable as is, or a callable found by its import path."""
+    if callable(method):
+        return method
+    if method in METHODS:
+        return METHODS[method]
+    if "." not in method and ":" not in method:
+        raise ValueError(
+            f"unknown gradient method {method!r}; allowed: {', '.join(METHODS)}, "
+            "or an import path such as 'mypkg.mymodule.my_grad'"
+        )
+    module_name, _, attr = method.replace(":", ".").rpartition(".")
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"cannot import gradient method {method!r}: {e}") from None
+    if not callable(fn):
+        raise ValueError(f"gradient method {method!r} is not callable")
+    return fn

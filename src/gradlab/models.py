@@ -1,0 +1,115 @@
+"""The two MLPs of the articles as plain nn.Modules, a batched functional forward, and the MSE loss.
+
+Loss convention, used everywhere in gradlab (every method, the checker, training):
+
+    L = mean over all B * D_out elements of (y_hat - y)^2        (torch.nn.functional.mse_loss)
+    dL/dy_hat = 2 * (y_hat - y) / (B * D_out)
+
+Parameters are named ``layer1.weight``, ``layer1.bias``, ``layer2.weight``, ... in forward order;
+``layerK.weight`` has shape (D_out_K, D_in_K) as in ``nn.Linear``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+ACTIVATIONS = ("sigmoid", "relu")
+
+
+def mse_loss(y_hat: Tensor, y: Tensor) -> Tensor:
+    """Mean squared error over every element (gradlab's single loss convention)."""
+    return torch.mean((y_hat - y) ** 2)
+
+
+def activate(z: Tensor, activation: str) -> Tensor:
+    return torch.sigmoid(z) if activation == "sigmoid" else torch.relu(z)
+
+
+class MLP(nn.Module):
+    """Fully connected net: Linear -> act -> ... -> Linear (no activation on the output)."""
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        activation: str,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+    ):
+        super().__init__()
+        sizes = [int(s) for s in sizes]
+        if len(sizes) < 2 or any(s < 1 for s in sizes):
+            raise ValueError(f"sizes must be >= 2 positive integers, got {sizes}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+        self.sizes = sizes
+        self.activation = activation
+        # Same init for every dtype and device: draw in float64 on the CPU from the seed, then cast.
+        # Distribution as nn.Linear's default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for W and b.
+        gen = torch.Generator().manual_seed(int(seed))
+        for i, (d_in, d_out) in enumerate(zip(sizes[:-1], sizes[1:]), start=1):
+            layer = nn.Linear(d_in, d_out, device="meta")
+            bound = 1.0 / math.sqrt(d_in)
+            for name, shape in (("weight", (d_out, d_in)), ("bias", (d_out,))):
+                value = (torch.rand(shape, generator=gen, dtype=torch.float64) * 2 - 1) * bound
+                setattr(layer, name, nn.Parameter(value.to(device=device, dtype=dtype)))
+            self.add_module(f"layer{i}", layer)
+
+    @property
+    def layers(self) -> list[nn.Linear]:
+        return [getattr(self, f"layer{i}") for i in range(1, len(self.sizes))]
+
+    def forward(self, x: Tensor) -> Tensor:
+        *hidden, last = self.layers
+        for layer in hidden:
+            x = activate(layer(x), self.activation)
+        return last(x)
+
+    def named_tensors(self) -> dict[str, Tensor]:
+        """The parameters as an ordered dict of plain tensors (detached views)."""
+        return {name: p.detach() for name, p in self.named_parameters()}
+
+
+def forward_batched(
+    params: Sequence[Tensor], x: Tensor, activation: str
+) -> tuple[Tensor, list[Tensor]]:
+    """Forward for P parameter sets at once.
+
+    params: [W1 (P, H1, D0), b1 (P, H1), W2 (P, H2, H1), ...]; x: (B, D0).
+    Returns y_hat (P, B, D_out) and the hidden pre-activations [(P, B, H_k), ...] (for kink checks).
+    """
+    pre = []
+    a = x
+    n_layers = len(params) // 2
+    for k in range(n_layers):
+        w, b = params[2 * k], params[2 * k + 1]
+        z = torch.baddbmm(b.unsqueeze(1), a.expand(w.shape[0], *a.shape[-2:]), w.transpose(1, 2))
+        if k == n_layers - 1:
+            return z, pre
+        pre.append(z)
+        a = activate(z, activation)
+    raise ValueError("params must hold at least one (weight, bias) pair")
+
+
+def two_layer_sigmoid(d_in: int = 2, hidden: int = 4, d_out: int = 1, **kw) -> MLP:
+    """Article 004's TwoLayerNet: D_in -> H sigmoid -> D_out (default 2-4-1)."""
+    return MLP([d_in, hidden, d_out], "sigmoid", **kw)
+
+
+def three_layer_relu(d_in: int = 4, hidden: int = 16, d_out: int = 1, **kw) -> MLP:
+    """Article 004's experiment net: D_in -> H ReLU -> H ReLU -> D_out (default 4-16-16-1)."""
+    return MLP([d_in, hidden, hidden, d_out], "relu", **kw)
+
+
+MODELS = {"two_layer_sigmoid": two_layer_sigmoid, "three_layer_relu": three_layer_relu}
+
+
+def build_model(name: str, **kw) -> MLP:
+    """Build a model by name: one of MODELS."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; allowed: {', '.join(MODELS)}")
+    return MODELS[name](**kw)
