@@ -18,6 +18,7 @@ from gradlab.grads.function import function
 from gradlab.grads.fused import fused
 from gradlab.grads.manual import manual
 from gradlab.grads.numerical import numerical
+from gradlab.grads.tape import tape
 from gradlab.models import MLP
 
 GradMethod = Callable[[MLP, Tensor, Tensor], "tuple[Tensor, dict[str, Tensor]]"]
@@ -28,6 +29,7 @@ METHODS: dict[str, GradMethod] = {
     "function": function,
     "fused": fused,
     "numerical": numerical,
+    "tape": tape,
 }
 
 
