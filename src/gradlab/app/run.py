@@ -1,0 +1,271 @@
+"""Assemble and run one training job from a composed config: build -> fit -> summary.
+
+Whatever happens (bad value, missing CUDA, divergence, Ctrl-C, SIGTERM, a crashing method),
+metrics.csv keeps every row written so far and summary.json says how the run ended and why.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from gradlab.app.config import ConfigError, validate
+from gradlab.runlog import MetricsCSV, RunStats, write_summary
+
+
+class RunFailed(RuntimeError):
+    """A run that cannot start or cannot go on; the message is the one line the user sees."""
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RunFailed("device=cuda requested but CUDA is not available on this machine")
+    return torch.device(name)
+
+
+def progress_wanted(setting: str) -> bool:
+    if setting != "auto":
+        return setting == "on"
+    return sys.stdout.isatty() and not os.environ.get("CI")
+
+
+def train(cfg: DictConfig, output_dir: Path, multirun: bool = False, group: str | None = None):
+    """Train one job; returns the summary dict (summary.json's content)."""
+    t_start = time.perf_counter()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    summary: dict[str, Any] = {
+        "run_name": cfg.run_name,
+        "model": cfg.model.name,
+        "grad": cfg.grad.name,
+        "method": cfg.grad.method,
+        "optimizer": cfg.optimizer.name,
+        "lr": cfg.optimizer.lr,
+        "device": cfg.device.name,
+        "dtype": cfg.dtype,
+        "seed": cfg.seed,
+        "data": cfg.data.name,
+        "status": "running",
+        "reason": "",
+        "output_dir": str(output_dir),
+        "wandb_dir": None,
+    }
+    if (output_dir / "summary.json").exists():
+        raise RunFailed(f"{output_dir} already holds a run (summary.json); choose a new output dir")
+    write_summary(output_dir / "summary.json", summary)
+
+    stats = RunStats()
+    csv = wandb_logger = module = interrupt = None
+    try:
+        validate(cfg)
+        job = _build(cfg, output_dir)
+        summary["device"] = str(job["device"])
+        module, trainer, batches, interrupt = (
+            job["module"],
+            job["trainer"],
+            job["batches"],
+            job["interrupt"],
+        )
+        csv = MetricsCSV(output_dir / "metrics.csv", module.metric_columns())
+        wandb_logger = _wandb(cfg, output_dir, group)
+        if wandb_logger is not None:
+            trainer.loggers = [wandb_logger]
+        every = cfg.trainer.log_every_n_steps
+        last = cfg.trainer.max_steps - 1
+
+        def sink(step: int, metrics: dict[str, float]) -> None:
+            stats.update(step, metrics)
+            if step % every == 0 or step == last or module.status != "running":
+                csv.write(step, metrics)
+                if wandb_logger is not None:
+                    wandb_logger.log_metrics(metrics, step=step)
+
+        module.sink = sink
+        with _signals_stop(module):
+            trainer.fit(module, train_dataloaders=batches, ckpt_path=cfg.ckpt_path)
+        summary["status"] = "completed" if module.status == "running" else module.status
+        summary["reason"] = module.reason
+    except (ConfigError, RunFailed) as e:
+        summary.update(status="failed", reason=str(e))
+    except SystemExit as e:  # Lightning turns Ctrl-C and SIGTERM into SystemExit
+        if interrupt is not None and interrupt.signal:
+            summary.update(status="interrupted", reason=f"{interrupt.signal} received")
+            summary["checkpoint"] = str(interrupt.saved) if interrupt.saved else None
+        else:
+            summary.update(status="failed", reason=f"exit {e.code}")
+    except torch.OutOfMemoryError as e:
+        summary.update(status="failed", reason=f"out of memory: {str(e).splitlines()[0]}")
+    except Exception as e:
+        summary.update(status="failed", reason=f"{type(e).__name__}: {e}")
+    finally:
+        if csv is not None:
+            csv.close()
+        summary.update(stats.summary())
+        if module is not None and module.check_failed_at:
+            summary["grad_check_first_fail"] = module.check_failed_at
+        from gradlab.app.loggers import finish_wandb
+
+        if wandb_logger is not None or "wandb" in sys.modules:
+            summary["wandb_dir"], summary["wandb_sync"] = finish_wandb(wandb_logger)
+        summary["elapsed_s"] = round(time.perf_counter() - t_start, 3)
+        write_summary(output_dir / "summary.json", summary)
+    return summary
+
+
+def quiet_lightning() -> None:
+    """Keep Lightning's start-up chatter (accelerator lines, tips) and known noise quiet."""
+    import logging
+    import warnings
+
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*")
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+
+
+def _build(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+    import lightning as L
+
+    from gradlab.data import StepBatches, make_dataset
+    from gradlab.grads import resolve
+    from gradlab.models import build_model
+    from gradlab.module import CheckSettings, GradLabModule, InterruptCheckpoint
+    from gradlab.optim import build_optimizer
+
+    quiet_lightning()
+    device = resolve_device(cfg.device.name)
+    torch.set_num_threads(cfg.threads)
+    dtype = getattr(torch, cfg.dtype)
+    m = cfg.model
+    model = build_model(
+        m.name,
+        d_in=m.d_in,
+        hidden=m.hidden,
+        d_out=m.d_out,
+        seed=cfg.seed,
+        dtype=dtype,
+        device=device,
+    )
+    data = make_dataset(
+        cfg.data.name,
+        model,
+        cfg.data.n_samples,
+        cfg.data.batch_size,
+        cfg.data.noise,
+        seed=cfg.seed,
+        dtype=dtype,
+        device=device,
+    )
+    try:
+        grad_fn = resolve(cfg.grad.method)
+    except ValueError as e:
+        raise ConfigError(f"grad.method: {e}") from None
+    if cfg.grad.compile:
+        from gradlab.grads.compiled import compiled
+
+        grad_fn = compiled(grad_fn)
+    o = cfg.optimizer
+    module = GradLabModule(
+        model=model,
+        grad_fn=grad_fn,
+        grad_name=cfg.grad.method,
+        make_optimizer=lambda params: build_optimizer(
+            o.name,
+            params,
+            lr=o.lr,
+            momentum=o.get("momentum", 0.0),
+            weight_decay=o.get("weight_decay", 0.0),
+        ),
+        check=CheckSettings(**OmegaConf.to_container(cfg.check)),
+        sink=lambda step, metrics: None,
+        mem_every=cfg.trainer.mem_every,
+        seed=cfg.seed,
+    )
+    start_step = 0
+    if cfg.ckpt_path:
+        if not Path(cfg.ckpt_path).is_file():
+            raise RunFailed(f"ckpt_path={cfg.ckpt_path} does not exist")
+        start_step = int(
+            torch.load(cfg.ckpt_path, map_location="cpu", weights_only=False)["global_step"]
+        )
+    interrupt = InterruptCheckpoint(output_dir / "checkpoints" / "interrupted.ckpt")
+    progress = progress_wanted(cfg.trainer.progress)
+    callbacks: list = [interrupt]
+    if progress:
+        from lightning.pytorch.callbacks import RichProgressBar
+
+        callbacks.append(RichProgressBar(refresh_rate=max(1, cfg.trainer.max_steps // 100)))
+    trainer = L.Trainer(
+        accelerator="gpu" if device.type == "cuda" else "cpu",
+        devices=1,
+        max_steps=cfg.trainer.max_steps,
+        max_epochs=-1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=progress,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        log_every_n_steps=cfg.trainer.log_every_n_steps,
+        callbacks=callbacks,
+        default_root_dir=str(output_dir),
+    )
+    return {
+        "device": device,
+        "module": module,
+        "trainer": trainer,
+        "batches": StepBatches(data, start_step),
+        "interrupt": interrupt,
+    }
+
+
+def _wandb(cfg: DictConfig, output_dir: Path, group: str | None):
+    if cfg.logger is None or cfg.logger.get("wandb") is None:
+        return None
+    from gradlab.app.loggers import make_wandb_logger
+
+    w = cfg.logger.wandb
+    config = OmegaConf.to_container(cfg, resolve=True)
+    return make_wandb_logger(w, cfg.run_name, output_dir, config, w.group or group)
+
+
+class _signals_stop:
+    """While fitting, Ctrl-C asks the module to stop at the next step boundary (a second
+    Ctrl-C interrupts at once); SIGTERM is left to Lightning, which stops at a batch boundary."""
+
+    def __init__(self, module):
+        self.module = module
+        self.previous = None
+
+    def _handler(self, signum, frame):
+        import signal
+
+        signal.signal(signal.SIGINT, self.previous or signal.default_int_handler)
+        self.module.request_stop()
+
+    def __enter__(self):
+        import signal
+
+        self.previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        signal.signal(signal.SIGINT, self.previous or signal.default_int_handler)
+        return False
+
+
+def optimized_value(summary: dict, key: str) -> float:
+    """The value a sweeper optimizes; NaN for a run that did not complete."""
+    value = summary.get(key)
+    if summary.get("status") != "completed" or not isinstance(value, int | float):
+        return math.nan
+    return float(value)

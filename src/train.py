@@ -1,0 +1,47 @@
+"""gradlab's entry point: compose the config with Hydra, train one job, print its summary.
+
+python src/train.py                                   # the default: three_layer_relu, manual, sgd
+python src/train.py grad=manual device=cuda
+python src/train.py -m grad=autograd,manual,function model=two_layer_sigmoid,three_layer_relu
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from gradlab.app.cli import precheck
+from gradlab.app.config import register
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+OmegaConf.register_new_resolver("gradlab_pid", lambda: os.getpid(), replace=True)
+register()
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
+def main(cfg: DictConfig) -> float:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from gradlab.app.report import print_summary
+    from gradlab.app.run import optimized_value, train
+
+    hc = HydraConfig.get()
+    multirun = hc.mode == RunMode.MULTIRUN
+    group = Path(hc.sweep.dir).name if multirun else None
+    summary = train(cfg, Path(hc.runtime.output_dir), multirun=multirun, group=group)
+    print_summary(summary)
+    if not multirun and summary["status"] in ("failed", "interrupted"):
+        print(f"error: run {summary['status']}: {summary['reason']}", file=sys.stderr)
+        raise SystemExit(1 if summary["status"] == "failed" else 130)
+    return optimized_value(summary, cfg.optimized_metric)
+
+
+if __name__ == "__main__":
+    precheck(sys.argv[1:], CONF_DIR)
+    main()
