@@ -1,15 +1,26 @@
 """Gradient through custom torch.autograd.Functions, one per primitive: linear, sigmoid, ReLU, MSE.
 
 Each Function follows PyTorch's extending guide: save only inputs/outputs with
-ctx.save_for_backward, compute an input's gradient only when ctx.needs_input_grad asks for it.
+ctx.save_for_backward, and only those backward will use (ctx.needs_input_grad is known in
+forward already), compute an input's gradient only when ctx.needs_input_grad asks for it.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from gradlab.models import MLP
+
+# act'(z) times the incoming gradient from the output a = act(z), as one kernel each: the kernels
+# autograd's own Sigmoid and ReLU nodes call (the formulas spelled out cost 2-3 ops each).
+sigmoid_backward = torch.ops.aten.sigmoid_backward  # (grad_s, s) -> grad_s * s * (1 - s)
+
+
+def relu_backward(grad_a: Tensor, a: Tensor) -> Tensor:
+    """grad_a * 1[a > 0]."""
+    return torch.ops.aten.threshold_backward(grad_a, a, 0)
 
 
 class LinearFunction(torch.autograd.Function):
@@ -17,19 +28,18 @@ class LinearFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias):
-        ctx.save_for_backward(x, weight)
-        return torch.addmm(bias, x, weight.t())
+        need_x, need_w, _ = ctx.needs_input_grad
+        # grad_x needs only W and grad_W only x (the first layer's x needs no gradient)
+        ctx.save_for_backward(x if need_w else None, weight if need_x else None)
+        return F.linear(x, weight, bias)
 
     @staticmethod
     def backward(ctx, grad_z):  # grad_z: (B, O)
         x, weight = ctx.saved_tensors
-        grad_x = grad_w = grad_b = None
-        if ctx.needs_input_grad[0]:
-            grad_x = grad_z.mm(weight)  # (B, I)
-        if ctx.needs_input_grad[1]:
-            grad_w = grad_z.t().mm(x)  # (O, I)
-        if ctx.needs_input_grad[2]:
-            grad_b = grad_z.sum(0)  # (O,)
+        need_x, need_w, need_b = ctx.needs_input_grad
+        grad_x = grad_z.mm(weight) if need_x else None  # (B, I)
+        grad_w = grad_z.t().mm(x) if need_w else None  # (O, I)
+        grad_b = grad_z.sum(0) if need_b else None  # (O,)
         return grad_x, grad_w, grad_b
 
 
@@ -45,22 +55,22 @@ class SigmoidFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_s):
         (s,) = ctx.saved_tensors
-        return grad_s * s * (1 - s)
+        return sigmoid_backward(grad_s, s)
 
 
 class ReLUFunction(torch.autograd.Function):
-    """a = max(z, 0); da/dz = 1[z > 0] (0 at the kink, as torch.relu)."""
+    """a = max(z, 0); da/dz = 1[z > 0] = 1[a > 0] (0 at the kink, as torch.relu)."""
 
     @staticmethod
     def forward(ctx, z):
-        a = z.clamp(min=0)
+        a = torch.relu(z)
         ctx.save_for_backward(a)
         return a
 
     @staticmethod
     def backward(ctx, grad_a):
         (a,) = ctx.saved_tensors
-        return grad_a * (a > 0)
+        return relu_backward(grad_a, a)
 
 
 class MSEFunction(torch.autograd.Function):
@@ -73,9 +83,9 @@ class MSEFunction(torch.autograd.Function):
         return diff.pow(2).mean()
 
     @staticmethod
-    def backward(ctx, grad_loss):
+    def backward(ctx, grad_loss):  # grad_loss: 0-d
         (diff,) = ctx.saved_tensors
-        grad = diff * (grad_loss * 2.0 / diff.numel())
+        grad = diff * (grad_loss * (2.0 / diff.numel()))
         return grad if ctx.needs_input_grad[0] else None, -grad if ctx.needs_input_grad[1] else None
 
 

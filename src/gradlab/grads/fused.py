@@ -1,17 +1,20 @@
 """Gradient through fused custom Functions: one Function per layer (linear + activation).
 
-Fusing the activation into the layer saves one saved tensor per layer: backward needs the
-layer's input x, W and the activation output a (relu: a > 0 is the mask; sigmoid: a (1 - a)),
-never the pre-activation z.
+Fusing the activation into the layer saves one saved tensor and one autograd node per layer:
+backward needs the layer's input x (for grad W), W (for grad x) and the activation output a
+(relu: a > 0 is the mask; sigmoid: a (1 - a)), never the pre-activation z.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from gradlab.grads.function import linear, mse
+from gradlab.grads.function import linear, mse, relu_backward, sigmoid_backward
 from gradlab.models import MLP
+
+ACT_BACKWARD = {"relu": relu_backward, "sigmoid": sigmoid_backward}  # (grad_a, a) -> grad_z
 
 
 class LinearActFunction(torch.autograd.Function):
@@ -19,19 +22,21 @@ class LinearActFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, activation):
-        z = torch.addmm(bias, x, weight.t())
-        a = torch.sigmoid(z) if activation == "sigmoid" else z.clamp_(min=0)
-        ctx.activation = activation
-        ctx.save_for_backward(x, weight, a)
+        z = F.linear(x, weight, bias)  # (B, O), fresh: the activation may overwrite it
+        a = z.sigmoid_() if activation == "sigmoid" else z.relu_()
+        need_x, need_w, _, _ = ctx.needs_input_grad
+        ctx.act_backward = ACT_BACKWARD[activation]
+        ctx.save_for_backward(x if need_w else None, weight if need_x else None, a)
         return a
 
     @staticmethod
     def backward(ctx, grad_a):  # (B, O)
         x, weight, a = ctx.saved_tensors
-        grad_z = grad_a * a * (1 - a) if ctx.activation == "sigmoid" else grad_a * (a > 0)
-        grad_x = grad_z.mm(weight) if ctx.needs_input_grad[0] else None  # (B, I)
-        grad_w = grad_z.t().mm(x) if ctx.needs_input_grad[1] else None  # (O, I)
-        grad_b = grad_z.sum(0) if ctx.needs_input_grad[2] else None  # (O,)
+        need_x, need_w, need_b, _ = ctx.needs_input_grad
+        grad_z = ctx.act_backward(grad_a, a)  # (B, O)
+        grad_x = grad_z.mm(weight) if need_x else None  # (B, I)
+        grad_w = grad_z.t().mm(x) if need_w else None  # (O, I)
+        grad_b = grad_z.sum(0) if need_b else None  # (O,)
         return grad_x, grad_w, grad_b, None
 
 

@@ -19,34 +19,33 @@ Backward, from the output down:
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
+from gradlab.grads.function import relu_backward, sigmoid_backward  # plain kernels, no autograd
 from gradlab.models import MLP
 
 
 @torch.no_grad()
 def manual(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
     """Loss and gradients by the formulas above; only forward activations are kept."""
-    layers = [(layer.weight, layer.bias) for layer in model.layers]
+    relu = model.activation == "relu"
+    layers = model.layers
     acts = [x]  # a_0 .. a_{L-1}
-    for w, b in layers[:-1]:
-        z = torch.addmm(b, acts[-1], w.t())  # (B, D_k)
-        acts.append(torch.sigmoid(z) if model.activation == "sigmoid" else torch.relu(z))
-    w_out, b_out = layers[-1]
-    diff = torch.addmm(b_out, acts[-1], w_out.t()).sub_(y)  # y_hat - y, (B, D_L)
+    for layer in layers[:-1]:
+        z = F.linear(acts[-1], layer.weight, layer.bias)  # a_{k-1} @ W_k^T + b_k, (B, D_k)
+        acts.append(z.relu_() if relu else z.sigmoid_())  # z_k is not needed again: in place
+    last = layers[-1]
+    diff = F.linear(acts[-1], last.weight, last.bias).sub_(y)  # y_hat - y, (B, D_L)
     loss = diff.pow(2).mean()
 
-    grads: dict[str, Tensor] = {}
+    grads: dict[str, Tensor] = {}  # filled from the output down
     dz = diff.mul_(2.0 / diff.numel())  # (B, D_L)
     for k in range(len(layers), 0, -1):
-        w, _ = layers[k - 1]
         a_prev = acts[k - 1]
-        grads[f"layer{k}.weight"] = dz.t().mm(a_prev)  # (D_k, D_{k-1})
         grads[f"layer{k}.bias"] = dz.sum(0)  # (D_k,)
+        grads[f"layer{k}.weight"] = dz.t().mm(a_prev)  # (D_k, D_{k-1})
         if k > 1:
-            da = dz.mm(w)  # (B, D_{k-1})
-            if model.activation == "relu":
-                dz = da.mul_(a_prev > 0)
-            else:
-                dz = da.mul_(a_prev * (1 - a_prev))
-    return loss, {name: grads[name] for name, _ in model.named_parameters()}
+            da = dz.mm(layers[k - 1].weight)  # (B, D_{k-1})
+            dz = relu_backward(da, a_prev) if relu else sigmoid_backward(da, a_prev)  # act'
+    return loss, dict(reversed(grads.items()))  # in parameter order: layer1.weight first
