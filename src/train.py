@@ -29,12 +29,16 @@ def main(cfg: DictConfig) -> float:
     from hydra.types import RunMode
 
     from gradlab.app.report import print_summary
-    from gradlab.app.run import optimized_value, train
+    from gradlab.app.run import RunFailed, optimized_value, train
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     group = Path(hc.sweep.dir).name if multirun else None
-    summary = train(cfg, Path(hc.runtime.output_dir), multirun=multirun, group=group)
+    try:
+        summary = train(cfg, Path(hc.runtime.output_dir), multirun=multirun, group=group)
+    except RunFailed as e:  # the output dir already holds a run: touch nothing
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     print_summary(summary)
     if not multirun and summary["status"] in ("failed", "interrupted"):
         print(f"error: run {summary['status']}: {summary['reason']}", file=sys.stderr)

@@ -10,6 +10,8 @@ import re
 import sys
 from pathlib import Path
 
+from omegaconf.errors import OmegaConfBaseException
+
 from gradlab.app.config import ConfigError, validate
 
 _SWEEP_FN = re.compile(r"^(choice|range|interval|tag|glob|shuffle|sort)\(")
@@ -55,6 +57,7 @@ def precheck(argv: list[str], conf_dir: Path) -> None:
     try:
         check_group_choices(overrides, conf_dir)
         if multirun:
+            _check_fresh_dir(argv)
             return
         from hydra import compose, initialize_config_dir
 
@@ -67,18 +70,34 @@ def precheck(argv: list[str], conf_dir: Path) -> None:
                 cfg = compose("train", overrides=plain)
             except Exception as e:  # Hydra/OmegaConf: unknown key, wrong type, missing value
                 raise ConfigError(_one_line(e)) from None
-        validate(cfg)
+        try:
+            validate(cfg)
+        except OmegaConfBaseException as e:  # e.g. a required (???) value left unset
+            raise ConfigError(_one_line(e)) from None
+        _check_fresh_dir(argv)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
 
 
-def _one_line(e: Exception) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    key = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("full_key:")), None)
-    msg = lines[0] if lines else type(e).__name__
-    if len(lines) > 1 and lines[0].startswith("Error merging override"):
-        msg = f"{lines[0].removeprefix('Error merging override').strip()}: {lines[1]}"
-    elif key and key not in msg:
-        msg = f"{key}: {msg}"
-    return msg
+def _one_line(e: BaseException) -> str:
+    """Hydra/OmegaConf errors as one line: what failed, then why (from the chained cause)."""
+    head = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    head = head.removeprefix("Error merging override").strip()
+    cause = e.__cause__
+    if cause is not None and str(cause).strip():
+        head = f"{head.rstrip('.')}: {str(cause).strip().splitlines()[0]}"
+    if head.startswith("Missing mandatory value: "):
+        head = f"{head.removeprefix('Missing mandatory value: ')} must be set"
+    return head
+
+
+def _check_fresh_dir(argv: list[str]) -> None:
+    """An explicit hydra.run.dir / hydra.sweep.dir must not hold an earlier run: Hydra would
+    overwrite its .hydra/ files before the job starts."""
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key == "hydra.run.dir" and (Path(value) / "summary.json").exists():
+            raise ConfigError(f"hydra.run.dir={value} already holds a run; choose a new dir")
+        if key == "hydra.sweep.dir" and Path(value).is_dir() and any(Path(value).iterdir()):
+            raise ConfigError(f"hydra.sweep.dir={value} is not empty; choose a new dir")

@@ -1,0 +1,78 @@
+"""Shared helpers for the app tests: compose configs in-process and run the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+from gradlab.app.config import register
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF = ROOT / "conf"
+TRAIN = ROOT / "src" / "train.py"
+
+register()
+
+
+def compose_cfg(*overrides: str):
+    """The composed train config (no run), as `python src/train.py OVERRIDES` would see it."""
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        return compose("train", overrides=list(overrides))
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 120, env: dict | None = None):
+    """Run `python src/train.py ARGS` in cwd (so outputs/ and multirun/ land there)."""
+    full_env = {**os.environ, "WANDB_MODE": "offline", "CI": "true", **(env or {})}
+    full_env.pop("WANDB_API_KEY", None) if "WANDB_API_KEY" not in (env or {}) else None
+    return subprocess.run(
+        [sys.executable, str(TRAIN), *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def wandb_history(path: Path) -> list[dict]:
+    """History rows of an offline .wandb file (a LevelDB-style log of protobuf Records: a 7-byte
+    header, then 32 KiB blocks of [crc32 u32][length u16][type u8][data] chunks)."""
+    import json as _json
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    raw = path.read_bytes()
+    assert raw[:4] == b":W&B", "not a W&B transaction log"
+    block, pos, pending, rows = 32768, 7, b"", []
+    while pos + 7 <= len(raw):
+        left = block - pos % block
+        if left < 7:  # block trailer padding
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", raw[pos : pos + 7])
+        data = raw[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind == 0 and length == 0:
+            continue
+        pending = data if kind in (1, 2) else pending + data
+        if kind in (1, 4):  # FULL or LAST: one whole record
+            rec = wandb_internal_pb2.Record()
+            rec.ParseFromString(pending)
+            if rec.WhichOneof("record_type") == "history":
+                rows.append(
+                    {
+                        i.key or "/".join(i.nested_key): _json.loads(i.value_json)
+                        for i in rec.history.item
+                    }
+                )
+    return rows
