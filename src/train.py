@@ -39,7 +39,12 @@ def main(cfg: DictConfig) -> float:
     except RunFailed as e:  # the output dir already holds a run: touch nothing
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    print_summary(summary)
+    if multirun:  # the sweep callback prints the whole table at the end
+        print(
+            f"job {summary['run_name']}: {summary['status']} {summary.get('reason') or ''}".rstrip()
+        )
+    else:
+        print_summary(summary)
     if not multirun and summary["status"] in ("failed", "interrupted"):
         print(f"error: run {summary['status']}: {summary['reason']}", file=sys.stderr)
         raise SystemExit(1 if summary["status"] == "failed" else 130)

@@ -85,12 +85,15 @@ class GradLabModule(L.LightningModule):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def _gradients(self, x: Tensor, y: Tensor) -> tuple[Tensor, list[Tensor]]:
-        """Call the method and make sure it returned one well-formed gradient per parameter."""
+    def _checked(self, result) -> tuple[Tensor, list[Tensor]]:
+        """Make sure a method returned (loss, one well-formed gradient per parameter)."""
         try:
-            loss, grads = self.grad_fn(self.model, x, y)
-        except Exception as e:
-            raise GradientMethodError(f"gradient method {self.grad_name!r} raised: {e!r}") from e
+            loss, grads = result
+        except (TypeError, ValueError):
+            raise GradientMethodError(
+                f"gradient method {self.grad_name!r} returned {type(result).__name__}, "
+                "expected (loss, {parameter name: gradient})"
+            ) from None
         if not isinstance(grads, dict):
             raise GradientMethodError(
                 f"gradient method {self.grad_name!r} returned {type(grads).__name__}, "
@@ -113,7 +116,7 @@ class GradLabModule(L.LightningModule):
                     f"gradient method {self.grad_name!r}: gradient of {name!r} {problem}"
                 )
             out.append(g)
-        return loss, out
+        return torch.as_tensor(loss), out
 
     def training_step(self, batch, batch_idx):
         if self.stop_requested:  # raised here, between steps, so no step is left half done
@@ -122,9 +125,13 @@ class GradLabModule(L.LightningModule):
         step = self.global_step
         self._sync()
         t0 = time.perf_counter()
-        loss, grads = self._gradients(x, y)
+        try:
+            result = self.grad_fn(self.model, x, y)
+        except Exception as e:
+            raise GradientMethodError(f"gradient method {self.grad_name!r} raised: {e!r}") from e
         self._sync()
         t1 = time.perf_counter()
+        loss, grads = self._checked(result)  # outside the timed region
 
         loss_value = float(loss)
         total = loss_value + float(torch.stack([g.sum() for g in grads]).sum())
