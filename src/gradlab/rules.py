@@ -114,8 +114,9 @@ class ProductLogFixed(torch.autograd.Function):
 
 
 class QuotientBasic(torch.autograd.Function):
-    """Published, right: d(x/y)/dx = 1/y, d(x/y)/dy = -x/y**2 (y**2 under/overflows first in
-    float32: -inf at |y| ~ 1e-30, -0 at |y| ~ 1e30, where the true gradient is finite)."""
+    """Published, right: d(x/y)/dx = 1/y, d(x/y)/dy = -x/y**2. y**2 under/overflows first in
+    float32: -inf at |y| ~ 1e-30, -0 at |y| ~ 1e30 where the true gradient is finite, and
+    0/0 = NaN at x = 0 once |y| < ~2.6e-23."""
 
     @staticmethod
     def forward(ctx, x, y):
@@ -206,7 +207,7 @@ class QuotientGuarded(torch.autograd.Function):
         grad_x_full = grad_z / y
         grad_y = None
         if ctx.needs_input_grad[1]:
-            grad_y = torch.where(z == 0, torch.zeros_like(z), -grad_x_full * z)
+            grad_y = (-grad_x_full * z).masked_fill_(z == 0, 0.0)
         return (grad_x_full if ctx.needs_input_grad[0] else None), grad_y
 
 
