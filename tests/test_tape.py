@@ -93,6 +93,12 @@ def test_constants_are_not_recorded():
     assert out.requires_grad and len(t.records) == 1
 
 
+def test_vars_of_another_tape_are_refused():
+    a, b = Tape().leaf(rand(3)), Tape().leaf(rand(3))
+    with pytest.raises(ValueError, match="on the tape that records it"):
+        a + b
+
+
 def test_non_scalar_output_needs_a_seed():
     t = Tape()
     x = t.leaf(rand(3))

@@ -84,6 +84,8 @@ class Tape:
         return var
 
     def _record(self, inputs: tuple[Var, ...], value: Tensor, backward: Backward) -> Var:
+        if any(v.tape is not self for v in inputs):
+            raise ValueError("an op's inputs must be on the tape that records it")
         out = self._new(value, any(v.requires_grad for v in inputs))
         if out.requires_grad:
             self.records.append((tuple(v.index for v in inputs), out.index, backward))
