@@ -43,7 +43,7 @@ def main(cfg: DictConfig) -> float:
         print(
             f"job {summary['run_name']}: {summary['status']} {summary.get('reason') or ''}".rstrip()
         )
-    else:
+    elif summary.get("steps"):  # a run that failed before its first step gets one line only
         print_summary(summary)
     if not multirun and summary["status"] in ("failed", "interrupted"):
         print(f"error: run {summary['status']}: {summary['reason']}", file=sys.stderr)

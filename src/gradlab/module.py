@@ -127,6 +127,8 @@ class GradLabModule(L.LightningModule):
         t0 = time.perf_counter()
         try:
             result = self.grad_fn(self.model, x, y)
+        except torch.OutOfMemoryError:
+            raise
         except Exception as e:
             raise GradientMethodError(f"gradient method {self.grad_name!r} raised: {e!r}") from e
         self._sync()

@@ -14,7 +14,7 @@ from gradlab.models import MODELS
 OPTIMIZERS = ("sgd", "adam", "gd")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "float64")
-WANDB_MODES = ("offline", "online", "disabled")
+WANDB_MODES = ("auto", "offline", "online", "disabled")
 
 
 @dataclass
@@ -67,10 +67,10 @@ class CheckConfig:
 class WandbConfig:
     project: str = "gradlab"
     entity: str | None = None
-    mode: str = "offline"  # offline | online | disabled; online also when WANDB_API_KEY is set
+    mode: str = "auto"  # auto (online iff WANDB_API_KEY is set) | offline | online | disabled
     group: str | None = None  # default: the sweep name in multirun, else none
     tags: list[str] = field(default_factory=list)
-    init_timeout_s: float = 30.0  # give up on an unreachable server after this, then go offline
+    init_timeout_s: float = 20.0  # give up on an unreachable server after this, then go offline
 
 
 @dataclass

@@ -32,6 +32,7 @@ def make_wandb_logger(wcfg: Any, run_name: str, save_dir: Path, config: dict, gr
     mode = wandb_mode(wcfg.mode)
     if mode == "disabled":
         return None
+    os.environ.setdefault("WANDB_SILENT", "true")  # gradlab prints its own one-line notes
     save_dir.mkdir(parents=True, exist_ok=True)
 
     def start(mode: str) -> WandbLogger:

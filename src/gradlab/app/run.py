@@ -108,9 +108,9 @@ def train(cfg: DictConfig, output_dir: Path, multirun: bool = False, group: str 
     finally:
         if csv is not None:
             csv.close()
+        if module is not None:
+            stats.check_failed_at = module.check_failed_at
         summary.update(stats.summary())
-        if module is not None and module.check_failed_at:
-            summary["grad_check_first_fail"] = module.check_failed_at
         from gradlab.app.loggers import finish_wandb
 
         if wandb_logger is not None or "wandb" in sys.modules:

@@ -1,0 +1,47 @@
+"""Broken gradient methods, used as users' own methods (grad.method=faultmethods.NAME) in tests
+and scripts/faults.sh. Each wraps gradlab's autograd and breaks one thing."""
+
+from __future__ import annotations
+
+import torch
+
+from gradlab.grads import autograd
+
+
+def raises(model, x, y):
+    raise RuntimeError("boom from a user's method")
+
+
+def missing_bias(model, x, y):
+    loss, grads = autograd(model, x, y)
+    grads.pop("layer1.bias")
+    return loss, grads
+
+
+def wrong_shape(model, x, y):
+    loss, grads = autograd(model, x, y)
+    grads["layer1.weight"] = grads["layer1.weight"].t()
+    return loss, grads
+
+
+def wrong_dtype(model, x, y):
+    loss, grads = autograd(model, x, y)
+    grads["layer1.weight"] = grads["layer1.weight"].to(torch.float16)
+    return loss, grads
+
+
+def not_a_dict(model, x, y):
+    loss, grads = autograd(model, x, y)
+    return loss, list(grads.values())
+
+
+def sign_flip_bias(model, x, y):
+    """A plausible bug: the last layer's bias gradient with the wrong sign."""
+    loss, grads = autograd(model, x, y)
+    last = f"layer{len(model.sizes) - 1}.bias"
+    grads[last] = -grads[last]
+    return loss, grads
+
+
+def out_of_memory(model, x, y):
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB (simulated)")
