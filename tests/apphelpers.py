@@ -26,9 +26,12 @@ def compose_cfg(*overrides: str):
 
 
 def run_cli(*args: str, cwd: Path, timeout: float = 120, env: dict | None = None):
-    """Run `python src/train.py ARGS` in cwd (so outputs/ and multirun/ land there)."""
-    full_env = {**os.environ, "WANDB_MODE": "offline", "CI": "true", **(env or {})}
-    full_env.pop("WANDB_API_KEY", None) if "WANDB_API_KEY" not in (env or {}) else None
+    """Run `python src/train.py ARGS` in cwd (so outputs/ and multirun/ land there); env values
+    of None unset a variable."""
+    full_env = {**os.environ, "WANDB_MODE": "offline", "CI": "true"}
+    full_env.pop("WANDB_API_KEY", None)
+    full_env.update(env or {})
+    full_env = {k: v for k, v in full_env.items() if v is not None}  # None: unset it
     return subprocess.run(
         [sys.executable, str(TRAIN), *args],
         cwd=cwd,

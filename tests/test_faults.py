@@ -218,7 +218,7 @@ def test_wandb_unreachable_falls_back_offline_without_leaking_the_key(tmp_path):
         "logger.wandb.init_timeout_s=3",
         f"hydra.run.dir={tmp_path / 'W'}",
         cwd=tmp_path,
-        env={"WANDB_API_KEY": key, "WANDB_BASE_URL": "http://127.0.0.1:9", "WANDB_MODE": ""},
+        env={"WANDB_API_KEY": key, "WANDB_BASE_URL": "http://127.0.0.1:9", "WANDB_MODE": None},
     )
     assert time.time() - t0 < 30
     assert proc.returncode == 0, proc.stderr

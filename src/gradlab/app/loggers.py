@@ -29,6 +29,8 @@ def make_wandb_logger(wcfg: Any, run_name: str, save_dir: Path, config: dict, gr
     import wandb
     from lightning.pytorch.loggers import WandbLogger
 
+    if os.environ.get("WANDB_MODE") == "":  # an empty WANDB_MODE makes wandb.Settings invalid
+        del os.environ["WANDB_MODE"]
     mode = wandb_mode(wcfg.mode)
     if mode == "disabled":
         return None
