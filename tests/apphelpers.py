@@ -46,17 +46,16 @@ def summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
-def wandb_history(path: Path) -> list[dict]:
-    """History rows of an offline .wandb file (a LevelDB-style log of protobuf Records: a 7-byte
-    header, then 32 KiB blocks of [crc32 u32][length u16][type u8][data] chunks)."""
-    import json as _json
+def wandb_records(path: Path):
+    """Protobuf Records of an offline .wandb file (a LevelDB-style log: a 7-byte header, then
+    32 KiB blocks of [crc32 u32][length u16][type u8][data] chunks)."""
     import struct
 
     from wandb.proto import wandb_internal_pb2
 
     raw = path.read_bytes()
     assert raw[:4] == b":W&B", "not a W&B transaction log"
-    block, pos, pending, rows = 32768, 7, b"", []
+    block, pos, pending = 32768, 7, b""
     while pos + 7 <= len(raw):
         left = block - pos % block
         if left < 7:  # block trailer padding
@@ -71,11 +70,15 @@ def wandb_history(path: Path) -> list[dict]:
         if kind in (1, 4):  # FULL or LAST: one whole record
             rec = wandb_internal_pb2.Record()
             rec.ParseFromString(pending)
-            if rec.WhichOneof("record_type") == "history":
-                rows.append(
-                    {
-                        i.key or "/".join(i.nested_key): _json.loads(i.value_json)
-                        for i in rec.history.item
-                    }
-                )
-    return rows
+            yield rec
+
+
+def wandb_history(path: Path) -> list[dict]:
+    """History rows (metric name -> value) of an offline .wandb file."""
+    import json as _json
+
+    return [
+        {i.key or "/".join(i.nested_key): _json.loads(i.value_json) for i in rec.history.item}
+        for rec in wandb_records(path)
+        if rec.WhichOneof("record_type") == "history"
+    ]
