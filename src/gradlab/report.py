@@ -23,22 +23,9 @@ from gradlab.sweep import job_row, markdown_table
 # Runs that agree on all of these are repeats (seeds) of one configuration and are aggregated.
 KEY = ("model", "grad", "method", "optimizer", "lr", "dtype", "device", "data")
 GRAD_ORDER = ("autograd", "manual", "function", "fused", "tape", "numerical")
-COLUMNS = [
-    *KEY,
-    "n",
-    "status",
-    "steps",
-    "grad_ms_median",
-    "grad_ms_p25",
-    "grad_ms_p75",
-    "step_ms_median",
-    "peak_mem_mb",
-    "rel_err_max",
-    "rel_err_median",
-    "grad_check",
-    "loss_final",
-    "reason",
-]
+COLUMNS = [*KEY, "n", "status", "steps", "grad_ms_median", "grad_ms_p25", "grad_ms_p75"]
+COLUMNS += ["step_ms_median", "peak_mem_mb", "rel_err_max", "rel_err_median", "grad_check"]
+COLUMNS += ["loss_final", "reason"]
 PLOTS = {  # file -> caption
     "loss.png": "Training loss per step (curves that coincide show as staggered markers)",
     "grad_rel_err.png": "Gradient relative error against central finite differences per step",
@@ -156,7 +143,6 @@ def group_row(key: tuple, runs: list[Run]) -> dict[str, Any]:
     """One table row: per-run figures, then the median across runs (max for the worst error)."""
     grad_ms = [x for r in runs for x in r.series("time/grad_ms")[1]]
     p25, p75 = _quartiles(grad_ms)
-    per_run_max = [max(r.series("grad/rel_err")[1], default=None) for r in runs]
     checks = [r.check_verdict() for r in runs]
     losses = [_num(r.summary.get("loss_final")) for r in runs]
     reasons = dict.fromkeys(r.summary["reason"] for r in runs if r.summary.get("reason"))
@@ -185,7 +171,7 @@ def group_row(key: tuple, runs: list[Run]) -> dict[str, Any]:
         "grad_ms_p75": p75,
         "step_ms_median": _median(per_run("time/step_ms", "step_ms_median")),
         "peak_mem_mb": _median(per_run("mem/peak_mb", "peak_mem_mb", max)),
-        "rel_err_max": max(_finite(per_run_max), default=None),
+        "rel_err_max": max(_finite(per_run("grad/rel_err", "grad_rel_err_max", max)), default=None),
         "rel_err_median": _median(x for r in runs for x in r.series("grad/rel_err")[1]),
         "grad_check": _verdict(checks),
         # Diverged runs end on NaN/inf: the median is over finite losses, NaN when there are none.
@@ -459,7 +445,7 @@ EXPLAINED = [
     "the 25th–75th percentile over all steps of all runs.",
     "step ms: the whole training step, which also runs the finite-difference check and the "
     "optimizer step.",
-    "peak mem: the most memory one gradient computation allocated (PyTorch tensors only).",
+    "peak mem: the most memory one gradient computation allocated (PyTorch tensor storage).",
     "rel err: ‖g − g_fd‖ / max(‖g‖, ‖g_fd‖) against central finite differences in float64, "
     "max and median over the checks; check: the verdict against the dtype's tolerance.",
     "n: runs with the same configuration (seeds): figures are medians across them, rel err max "
@@ -528,9 +514,7 @@ def write_report(paths: list[Path], out: Path | None = None) -> list[Path]:
     with (out / "report.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(
-            {k: _fmt(v) if isinstance(v, float) else v for k, v in r.items()} for r in report.rows
-        )
+        writer.writerows(report.rows)  # full precision; NaN as "nan"
     (out / "report.md").write_text(markdown(report, sources, list(images)))
     (out / "report.html").write_text(html_page(report, sources, images))
     return [out / "report.md", out / "report.csv", out / "report.html", *written]
