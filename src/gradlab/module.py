@@ -1,74 +1,32 @@
-"""The LightningModule: one training step = gradient by the chosen method, checks, optimizer step.
+"""The LightningModule: a thin shell that runs gradlab.step.StepRunner once per training step.
 
 Manual optimization: the method's gradients are written to ``.grad`` and the optimizer steps.
-Metrics go to a ``sink(step, metrics)`` supplied by the caller (CSV, W&B, ...) instead of
-``self.log``, which costs more per step than the microsecond-scale work measured here.
+Metrics go to the runner's ``sink(step, metrics)`` (CSV, W&B, ...) instead of ``self.log``,
+which costs more per step than the microsecond-scale work measured here.
 """
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
 import torch
-from torch import Tensor
 
-from gradlab.check import check_gradient
-from gradlab.memory import peak_bytes
-from gradlab.models import MLP
-
-
-@dataclass
-class CheckSettings:
-    """How often the finite-difference checks run (0 = never) and how they judge."""
-
-    directional_every: int = 1
-    full_every: int = 100
-    k: int = 4
-    h: float | None = None
-    tol: float | None = None
-    fail_fast: bool = False
-
-
-class GradientMethodError(RuntimeError):
-    """A gradient method raised or returned something that is not one gradient per parameter."""
-
-
-class GradientCheckFailed(RuntimeError):
-    """Raised at the first failing check when CheckSettings.fail_fast is set."""
+from gradlab.step import StepRunner
 
 
 class GradLabModule(L.LightningModule):
     def __init__(
         self,
-        model: MLP,
-        grad_fn: Callable,
-        grad_name: str,
+        runner: StepRunner,
         make_optimizer: Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer],
-        check: CheckSettings,
-        sink: Callable[[int, dict[str, float]], None],
-        mem_every: int = 100,
-        seed: int = 0,
     ):
         super().__init__()
         self.automatic_optimization = False
-        self.model = model
-        self.grad_fn = grad_fn
-        self.grad_name = grad_name
+        self.runner = runner
+        self.model = runner.model
         self.make_optimizer = make_optimizer
-        self.check = check
-        self.sink = sink
-        self.mem_every = mem_every
-        self.seed = seed
-        self.names = [n for n, _ in model.named_parameters()]
-        self.status = "running"
-        self.reason = ""
-        self.check_failed_at: dict | None = None
-        self._gen: torch.Generator | None = None
         self.stop_requested = False
 
     def request_stop(self) -> None:
@@ -79,138 +37,15 @@ class GradLabModule(L.LightningModule):
         return self.make_optimizer(list(self.model.parameters()))
 
     def on_train_start(self) -> None:
-        self._gen = torch.Generator().manual_seed(self.seed * 7 + self.global_step)
-
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-    def _checked(self, result) -> tuple[Tensor, list[Tensor]]:
-        """Make sure a method returned (loss, one well-formed gradient per parameter)."""
-        try:
-            loss, grads = result
-        except (TypeError, ValueError):
-            raise GradientMethodError(
-                f"gradient method {self.grad_name!r} returned {type(result).__name__}, "
-                "expected (loss, {parameter name: gradient})"
-            ) from None
-        if not isinstance(grads, dict):
-            raise GradientMethodError(
-                f"gradient method {self.grad_name!r} returned {type(grads).__name__}, "
-                "expected a dict {parameter name: gradient}"
-            )
-        out = []
-        for name, p in self.model.named_parameters():
-            g = grads.get(name)
-            problem = None
-            if g is None:
-                problem = "is missing"
-            elif not isinstance(g, Tensor):
-                problem = f"is a {type(g).__name__}, not a tensor"
-            elif g.shape != p.shape:
-                problem = f"has shape {tuple(g.shape)}, expected {tuple(p.shape)}"
-            elif g.dtype != p.dtype or g.device != p.device:
-                problem = f"is {g.dtype} on {g.device}, expected {p.dtype} on {p.device}"
-            if problem:
-                raise GradientMethodError(
-                    f"gradient method {self.grad_name!r}: gradient of {name!r} {problem}"
-                )
-            out.append(g)
-        return torch.as_tensor(loss), out
+        self.runner.reseed(self.global_step)
 
     def training_step(self, batch, batch_idx):
         if self.stop_requested:  # raised here, between steps, so no step is left half done
             raise KeyboardInterrupt
         x, y = batch
-        step = self.global_step
-        self._sync()
-        t0 = time.perf_counter()
-        try:
-            result = self.grad_fn(self.model, x, y)
-        except torch.OutOfMemoryError:
-            raise
-        except Exception as e:
-            raise GradientMethodError(f"gradient method {self.grad_name!r} raised: {e!r}") from e
-        self._sync()
-        t1 = time.perf_counter()
-        loss, grads = self._checked(result)  # outside the timed region
-
-        loss_value = float(loss)
-        total = loss_value + float(torch.stack([g.sum() for g in grads]).sum())
-        metrics = {"train/loss": loss_value, "time/grad_ms": (t1 - t0) * 1e3}
-        if not math.isfinite(total):
-            bad = [n for n, g in zip(self.names, grads) if not torch.isfinite(g).all()]
-            self.status = "diverged"
-            self.reason = f"non-finite {'loss' if not math.isfinite(loss_value) else 'gradient'}"
-            self.reason += f" at step {step}" + (f" ({', '.join(bad)})" if bad else "")
-            self.sink(step, metrics)
+        self.runner(x, y, self.global_step, self.optimizers().step)
+        if self.runner.status != "running":
             self.trainer.should_stop = True
-            return None
-
-        metrics.update(self._run_checks(step, x, y, grads))
-        for p, g in zip(self.model.parameters(), grads):
-            p.grad = g
-        self.optimizers().step()
-        self._sync()
-        metrics["time/step_ms"] = (time.perf_counter() - t0) * 1e3
-
-        if self.mem_every and step % self.mem_every == 0:
-            _, nbytes = peak_bytes(lambda: self.grad_fn(self.model, x, y), self.device)
-            metrics["mem/peak_mb"] = nbytes / 2**20
-        self.sink(step, metrics)
-        if self.check.fail_fast and self.check_failed_at:
-            raise GradientCheckFailed(
-                f"gradient check failed at step {step} on {self.check_failed_at['param']} "
-                f"(rel err {self.check_failed_at['rel_err']:.3g})"
-            )
-        return None
-
-    def _run_checks(self, step: int, x: Tensor, y: Tensor, grads: list[Tensor]) -> dict:
-        c = self.check
-        modes = []
-        if c.directional_every and step % c.directional_every == 0:
-            modes.append("directional")
-        if c.full_every and step % c.full_every == 0:
-            modes.append("full")
-        out: dict[str, float] = {}
-        named = dict(zip(self.names, grads))
-        for mode in modes:  # full last, so its figures win when both run
-            r = check_gradient(
-                self.model, x, y, named, mode=mode, k=c.k, h=c.h, tol=c.tol, generator=self._gen
-            )
-            out["grad/rel_err"] = r.rel_err
-            out.update({f"grad/rel_err/{n}": e for n, e in r.rel_err_per_param.items()})
-            out["grad/cos_sim"] = r.cos_sim
-            out["grad/kinks"] = r.kinks
-            out["grad/excluded"] = r.excluded
-            out["grad/max_abs_diff"] = r.max_abs_diff
-            if mode == "full":
-                out["grad/full_rel_err"] = r.rel_err
-            if not r.passed and self.check_failed_at is None:
-                self.check_failed_at = {
-                    "step": step,
-                    "mode": mode,
-                    "param": r.worst_param,
-                    "rel_err": r.rel_err_per_param[r.worst_param],
-                    "tol": r.tol,
-                }
-        return out
-
-    def metric_columns(self) -> list[str]:
-        per = [f"grad/rel_err/{n}" for n in self.names]
-        return [
-            "train/loss",
-            "grad/rel_err",
-            *per,
-            "grad/full_rel_err",
-            "grad/cos_sim",
-            "grad/kinks",
-            "grad/excluded",
-            "grad/max_abs_diff",
-            "time/grad_ms",
-            "time/step_ms",
-            "mem/peak_mb",
-        ]
 
 
 class InterruptCheckpoint(L.Callback):

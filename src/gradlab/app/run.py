@@ -74,7 +74,8 @@ def train(cfg: DictConfig, output_dir: Path, multirun: bool = False, group: str 
             job["batches"],
             job["interrupt"],
         )
-        csv = MetricsCSV(output_dir / "metrics.csv", module.metric_columns())
+        runner = module.runner
+        csv = MetricsCSV(output_dir / "metrics.csv", module.runner.metric_columns())
         wandb_logger = _wandb(cfg, output_dir, group)
         if wandb_logger is not None:
             trainer.loggers = [wandb_logger]
@@ -83,16 +84,16 @@ def train(cfg: DictConfig, output_dir: Path, multirun: bool = False, group: str 
 
         def sink(step: int, metrics: dict[str, float]) -> None:
             stats.update(step, metrics)
-            if step % every == 0 or step == last or module.status != "running":
+            if step % every == 0 or step == last or runner.status != "running":
                 csv.write(step, metrics)
                 if wandb_logger is not None:
                     wandb_logger.log_metrics(metrics, step=step)
 
-        module.sink = sink
+        runner.sink = sink
         with _signals_stop(module):
             trainer.fit(module, train_dataloaders=batches, ckpt_path=cfg.ckpt_path)
-        summary["status"] = "completed" if module.status == "running" else module.status
-        summary["reason"] = module.reason
+        summary["status"] = "completed" if runner.status == "running" else runner.status
+        summary["reason"] = runner.reason
     except (ConfigError, RunFailed) as e:
         summary.update(status="failed", reason=str(e))
     except SystemExit as e:  # Lightning turns Ctrl-C and SIGTERM into SystemExit
@@ -109,7 +110,7 @@ def train(cfg: DictConfig, output_dir: Path, multirun: bool = False, group: str 
         if csv is not None:
             csv.close()
         if module is not None:
-            stats.check_failed_at = module.check_failed_at
+            stats.check_failed_at = module.runner.check_failed_at
         summary.update(stats.summary())
         from gradlab.app.loggers import finish_wandb
 
@@ -137,8 +138,9 @@ def _build(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     from gradlab.data import StepBatches, make_dataset
     from gradlab.grads import resolve
     from gradlab.models import build_model
-    from gradlab.module import CheckSettings, GradLabModule, InterruptCheckpoint
+    from gradlab.module import GradLabModule, InterruptCheckpoint
     from gradlab.optim import build_optimizer
+    from gradlab.step import CheckSettings, StepRunner
 
     quiet_lightning()
     device = resolve_device(cfg.device.name)
@@ -173,10 +175,17 @@ def _build(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
 
         grad_fn = compiled(grad_fn)
     o = cfg.optimizer
-    module = GradLabModule(
+    runner = StepRunner(
         model=model,
         grad_fn=grad_fn,
         grad_name=cfg.grad.method,
+        check=CheckSettings(**OmegaConf.to_container(cfg.check)),
+        sink=lambda step, metrics: None,
+        mem_every=cfg.trainer.mem_every,
+        seed=cfg.seed,
+    )
+    module = GradLabModule(
+        runner,
         make_optimizer=lambda params: build_optimizer(
             o.name,
             params,
@@ -184,10 +193,6 @@ def _build(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
             momentum=o.get("momentum", 0.0),
             weight_decay=o.get("weight_decay", 0.0),
         ),
-        check=CheckSettings(**OmegaConf.to_container(cfg.check)),
-        sink=lambda step, metrics: None,
-        mem_every=cfg.trainer.mem_every,
-        seed=cfg.seed,
     )
     start_step = 0
     if cfg.ckpt_path:
