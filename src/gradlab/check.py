@@ -25,6 +25,7 @@ error are <= tol; tol defaults to DEFAULT_TOL by the dtype the gradient was comp
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -87,25 +88,44 @@ def check_gradient(
     """Compare `grads` (one per named parameter of `model`) with float64 finite differences."""
     if mode not in MODES:
         raise ValueError(f"unknown check mode {mode!r}; allowed: {', '.join(MODES)}")
-    theta, shapes = fd.flatten(model, torch.float64)
-    missing = [n for n in shapes if n not in grads]
+    point = fd.evaluation_point(model, x, y, torch.float64)
+    names = list(point.shapes)
+    missing = [n for n in names if n not in grads]
     if missing:
         raise ValueError(f"gradient is missing parameters: {', '.join(missing)}")
-    wrong = [
-        f"{n} {tuple(grads[n].shape)} != {tuple(s)}"
-        for n, s in shapes.items()
-        if grads[n].shape != s
-    ]
+    wrong = [n for n in names if grads[n].shape != point.shapes[n]]
     if wrong:
-        raise ValueError(f"gradient has the wrong shape for: {', '.join(wrong)}")
+        raise ValueError(
+            "gradient has the wrong shape for: "
+            + ", ".join(f"{n} {tuple(grads[n].shape)}, not {tuple(point.shapes[n])}" for n in wrong)
+        )
     if tol is None:
-        tol = DEFAULT_TOL.get(grads[next(iter(shapes))].dtype, 1e-6)
-    x64, y64 = x.detach().to(torch.float64), y.detach().to(torch.float64)
-    g = torch.cat([grads[n].detach().reshape(-1) for n in shapes]).to(theta)
-    h_vec = fd.default_steps(theta, h)
+        tol = DEFAULT_TOL.get(grads[names[0]].dtype, 1e-6)
+    g = torch.cat([grads[n].detach().reshape(-1) for n in names]).to(point.theta)
+    h_vec = fd.default_steps(point.theta, h)
+    sizes = tuple(shape.numel() for shape in point.shapes.values())
     if mode == "full":
-        return _full(model, theta, shapes, x64, y64, g, h_vec, tol, max_bytes)
-    return _directional(model, theta, shapes, x64, y64, g, h_vec, k, tol, generator, max_bytes)
+        values, flags, n_kinks = [], [], 0
+        for layer, (a, b) in enumerate(point.spans):  # a layer's coordinates share its forward
+            h_l = h_vec[a:b]
+            diffs, excluded, n = _with_kink_recheck(
+                lambda rows, f, l=layer, h=h_l: fd.coordinate_differences(
+                    point, l, h * f, torch.arange(h.numel()) if rows is None else rows, max_bytes
+                )
+            )
+            values.append(diffs / h_l)
+            flags.append(excluded if n else torch.zeros_like(diffs, dtype=torch.bool))
+            n_kinks += n
+        excluded = torch.cat(flags) if n_kinks else None
+        seg = _segments(sizes, g.device)
+        return _metrics("full", g, torch.cat(values), excluded, names, seg, n_kinks, tol)
+    s = _unit_directions(sizes, k, generator).to(g.device) * h_vec  # step rows (T * k, n)
+    diffs, excluded, n_kinks = _with_kink_recheck(
+        lambda rows, f: fd.direction_differences(
+            point, s if rows is None else s[rows] * f, max_bytes
+        )
+    )
+    return _directional_metrics(s, sizes, g, diffs, excluded, names, n_kinks, tol)
 
 
 def check_function(
@@ -133,7 +153,7 @@ def check_function(
     if mode not in MODES:
         raise ValueError(f"unknown check mode {mode!r}; allowed: {', '.join(MODES)}")
     xs = [torch.as_tensor(v).detach().to(torch.float64, copy=True) for v in inputs]
-    spans = _spans({f"input{i}": v.shape for i, v in enumerate(xs)})
+    names = [f"input{i}" for i in range(len(xs))]
     theta = torch.cat([v.reshape(-1) for v in xs])
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
     leaves = [v.clone().requires_grad_() for v in xs]
@@ -155,139 +175,122 @@ def check_function(
     if tol is None:
         tol = DEFAULT_TOL[torch.float64]
     h_vec = fd.default_steps(theta, h)
+    sizes = tuple(v.numel() for v in xs)
+    starts = [sum(sizes[:t]) for t in range(len(sizes) + 1)]
+    if mode == "directional":
+        s = _unit_directions(sizes, k, gen).to(theta.device) * h_vec  # rows t*k.. step input t
+    diffs = []
     with torch.no_grad():
-        if mode == "full":
-            diffs = torch.cat(
-                [
-                    fd.function_differences(
-                        fn,
-                        xs,
-                        t,
-                        w,
-                        fd.coordinate_steps(h_vec[a:b]),
-                        torch.arange(b - a),
-                        max_bytes,
-                    )
-                    for t, (a, b) in enumerate(spans.values())
-                ]
-            )
-            return _metrics("full", g, diffs / h_vec, _all(g), spans, 0, tol, error)
-        s = _unit_directions(spans, k, theta.numel(), gen).to(theta.device) * h_vec  # (m, n)
-        blocks = [s[t * k : (t + 1) * k, a:b] for t, (a, b) in enumerate(spans.values())]
-        diffs = torch.cat(
-            [
-                fd.function_differences(
-                    fn, xs, t, w, lambda r, blk=blk: blk[r], torch.arange(k), max_bytes
-                )
-                for t, blk in enumerate(blocks)
-            ]
-        )
-    return _directional_metrics(s, g, diffs, _all(diffs), spans, k, 0, tol, error)
+        for t, (a, b) in enumerate(zip(starts, starts[1:])):
+            if mode == "full":
+                steps, rows = fd.coordinate_steps(h_vec[a:b]), torch.arange(b - a)
+            else:
+                steps, rows = fd.row_steps(s[t * k : (t + 1) * k, a:b]), torch.arange(k)
+            diffs.append(fd.function_differences(fn, xs, t, w, steps, rows, max_bytes))
+    diffs = torch.cat(diffs)  # no kink detection: fn is opaque
+    if mode == "full":
+        seg = _segments(sizes, theta.device)
+        return _metrics("full", g, diffs / h_vec, None, names, seg, 0, tol, error)
+    return _directional_metrics(s, sizes, g, diffs, None, names, 0, tol, error)
 
 
-def _fd_with_kink_recheck(model, theta, shapes, x, y, steps, m, max_bytes):
-    """Central differences along m step rows; kinked rows re-done with a smaller step."""
-    rows = torch.arange(m, device=theta.device)
-    values, kinked = fd.central_differences(model, theta, shapes, x, y, steps, rows, max_bytes)
-    n_kinks = int(kinked.sum())
-    if n_kinks:
-        again = kinked.nonzero().squeeze(1)
-        redo, still = fd.central_differences(
-            model, theta, shapes, x, y, lambda r: steps(r) * KINK_RECHECK_FACTOR, again, max_bytes
-        )
-        values[again] = redo / KINK_RECHECK_FACTOR
-        kinked[again] = still
-    return values, kinked, n_kinks
+def _with_kink_recheck(differences) -> tuple[Tensor, Tensor | None, int]:
+    """differences(rows, f) -> (fd, kinked) of the step rows `rows` (None: all) scaled by f.
+    All rows at f = 1, then the kinked ones again with a step ten times smaller: those still
+    kinked are to be excluded. Returns fd in the units of the full step, the exclusion mask
+    (None when there were no kinks) and the number of kinks found."""
+    values, kinked = differences(None, 1.0)
+    again = kinked.nonzero().squeeze(1)
+    if not again.numel():
+        return values, None, 0
+    redo, still = differences(again, KINK_RECHECK_FACTOR)
+    values[again] = redo / KINK_RECHECK_FACTOR
+    kinked[again] = still
+    return values, kinked, again.numel()
 
 
-def _full(model, theta, shapes, x, y, g, h_vec, tol, max_bytes) -> CheckResult:
-    diffs, kinked, n_kinks = _fd_with_kink_recheck(
-        model, theta, shapes, x, y, fd.coordinate_steps(h_vec), theta.numel(), max_bytes
+@functools.lru_cache(maxsize=64)
+def _segments(sizes: tuple[int, ...], device: torch.device) -> Tensor:
+    """(n,) the index of the tensor each flat entry belongs to (tensors of `sizes`, in order).
+    Cached per layout: the result must not be modified."""
+    return torch.arange(len(sizes), device=device).repeat_interleave(
+        torch.tensor(sizes, device=device)
     )
-    return _metrics("full", g, diffs / h_vec, ~kinked, _spans(shapes), n_kinks, tol)
 
 
-def _directional(model, theta, shapes, x, y, g, h_vec, k, tol, generator, max_bytes):
-    spans = _spans(shapes)
-    s = _unit_directions(spans, k, theta.numel(), generator).to(theta.device) * h_vec  # (m, n)
-    diffs, kinked, n_kinks = _fd_with_kink_recheck(
-        model, theta, shapes, x, y, lambda r: s[r], s.shape[0], max_bytes
-    )
-    return _directional_metrics(s, g, diffs, ~kinked, spans, k, n_kinks, tol)
+@functools.lru_cache(maxsize=64)
+def _blocks(sizes: tuple[int, ...], device: torch.device) -> Tensor:
+    """(T, 1, n) bool: entry i belongs to tensor t. Cached per layout: must not be modified."""
+    seg = _segments(sizes, device)
+    return (torch.arange(len(sizes), device=device).unsqueeze(1) == seg).unsqueeze(1)
 
 
-def _unit_directions(spans, k, n, generator) -> Tensor:
-    """(k * T, n): k random unit directions per tensor, rows t*k..(t+1)*k supported on tensor t."""
-    u = torch.zeros(k * len(spans), n, dtype=torch.float64)
-    rand = torch.randn(k * len(spans), n, dtype=torch.float64, generator=generator)
-    for t, (start, stop) in enumerate(spans.values()):
-        block = rand[t * k : (t + 1) * k, start:stop]
-        u[t * k : (t + 1) * k, start:stop] = block / block.norm(dim=1, keepdim=True)
-    return u
+def _unit_directions(sizes: tuple[int, ...], k: int, generator) -> Tensor:
+    """k random unit directions per tensor (T * k, n): rows t*k..(t+1)*k supported on tensor t.
+    The same k draws over all entries, cut to each tensor's block."""
+    u = torch.randn(k, sum(sizes), dtype=torch.float64, generator=generator)
+    u = (u * _blocks(sizes, u.device)).view(len(sizes) * k, -1)
+    return u.div_(u.norm(dim=1, keepdim=True))
 
 
-def _directional_metrics(s, g, diffs, keep, spans, k, n_kinks, tol, error=""):
-    """Compare g . u_j with the central difference along step row s_j = h * u_j, per unit step."""
+def _directional_metrics(s, sizes, g, diffs, excluded, names, n_kinks, tol, error=""):
+    """Compare g . s_j / |s_j| with the central difference along step row s_j (T * k, n), the
+    rows of tensor t (of `sizes`) being t*k..(t+1)*k."""
     norms = s.norm(dim=1)
     # g . s_j over s_j's own tensor only: a NaN in one tensor's gradient must not spill into
     # (0 * NaN) the rows of the others
-    exact = torch.where(s != 0, s * g, 0.0).sum(1) / norms
-    row_spans = {name: (t * k, (t + 1) * k) for t, name in enumerate(spans)}
-    return _metrics("directional", exact, diffs / norms, keep, row_spans, n_kinks, tol, error)
+    terms = torch.where(_blocks(sizes, s.device), s.view(len(sizes), -1, s.shape[1]) * g, 0.0)
+    exact = terms.sum(2).view(-1) / norms
+    return _metrics("directional", exact, diffs / norms, excluded, names, None, n_kinks, tol, error)
 
 
-def _all(v: Tensor) -> Tensor:
-    return torch.ones_like(v, dtype=torch.bool)
-
-
-def _spans(shapes) -> dict[str, tuple[int, int]]:
-    spans, offset = {}, 0
-    for name, shape in shapes.items():
-        spans[name] = (offset, offset + shape.numel())
-        offset += shape.numel()
-    return spans
-
-
-def _metrics(
-    mode, a: Tensor, b: Tensor, keep: Tensor, spans, n_kinks, tol, error=""
-) -> CheckResult:
-    """Relative errors of a vs b (flat, same layout), over the entries `keep` marks. A compared
-    entry that is not finite (NaN/inf gradient or difference) makes its tensor's error inf."""
-    names = list(spans)
-    counts = torch.tensor([stop - start for start, stop in spans.values()], device=a.device)
-    seg = torch.repeat_interleave(torch.arange(len(names), device=a.device), counts)  # (n,)
-    bad = (~torch.isfinite(a) | ~torch.isfinite(b)) & keep
-    use = keep & ~bad
-    a, b = torch.where(use, a, 0.0), torch.where(use, b, 0.0)
-    diff = a - b
-    sums = torch.zeros(4, len(names), dtype=a.dtype, device=a.device)
-    sums.index_add_(1, seg, torch.stack([a * a, b * b, diff * diff, bad.to(a.dtype)]))
-    sums = torch.cat([sums, sums.sum(1, keepdim=True)], 1)  # last column: all tensors
-    max_abs = diff.abs().max() if diff.numel() else diff.new_zeros(())
-    extra = torch.stack([a @ b, max_abs, keep.sum().to(a.dtype)])
-    (sq_a, sq_b, sq_d, n_bad), (dot, max_abs, n_keep) = sums.tolist(), extra.tolist()
-    norm_a, norm_b, norm_d = ([math.sqrt(v) for v in row] for row in (sq_a, sq_b, sq_d))
-    scale = max(norm_a[-1], norm_b[-1])
-
-    def rel(i: int) -> float:
-        if n_bad[i]:
-            return math.inf
-        denom = max(norm_a[i], norm_b[i], FLOOR * scale)  # the floor binds only per tensor
-        return norm_d[i] / denom if denom > 0 else 0.0
-
-    if norm_a[-1] > 0 and norm_b[-1] > 0:
-        cos = dot / (norm_a[-1] * norm_b[-1])
+def _metrics(mode, a: Tensor, b: Tensor, excluded, names, seg, n_kinks, tol, error=""):
+    """Relative errors of a vs b (flat, same layout), leaving out the entries `excluded` marks
+    (a bool mask, or None). seg (n,) gives the tensor of each entry; None: T equal contiguous
+    groups. A compared entry that is not finite (NaN/inf gradient or difference) makes its
+    tensor's sums non-finite, and its error inf."""
+    n_excluded = 0
+    if excluded is not None:
+        a, b = a.masked_fill(excluded, 0.0), b.masked_fill(excluded, 0.0)
+        n_excluded = int(excluded.sum())
+    squares = torch.stack([a, b, a - b]).square_()  # (3, n)
+    if seg is None:
+        sums = squares.view(3, len(names), -1).sum(2)
     else:
-        cos = 1.0 if norm_a[-1] == norm_b[-1] else 0.0
+        sums = squares.new_zeros(3, len(names)).index_add_(1, seg, squares)
+    *values, max_sq = torch.cat([sums.view(-1), squares[2].max().view(1)]).tolist()
+    sq_a, sq_b, sq_d = (values[i * len(names) : (i + 1) * len(names)] for i in range(3))
+    finite = [math.isfinite(va + vb + vd) for va, vb, vd in zip(sq_a, sq_b, sq_d)]
+    total_a, total_b, total_d = (
+        math.fsum(v for v, ok in zip(sq, finite) if ok) for sq in (sq_a, sq_b, sq_d)
+    )
+    scale = math.sqrt(max(total_a, total_b))
+
+    def rel(sq_a: float, sq_b: float, sq_d: float, floor: float) -> float:
+        denom = max(math.sqrt(sq_a), math.sqrt(sq_b), floor)
+        return math.sqrt(sq_d) / denom if denom > 0 else 0.0
+
+    per = {
+        name: rel(sq_a[i], sq_b[i], sq_d[i], FLOOR * scale) if finite[i] else math.inf
+        for i, name in enumerate(names)
+    }
+    if all(finite):
+        rel_err, max_abs = rel(total_a, total_b, total_d, 0.0), math.sqrt(max_sq)
+        # a . b = (|a|^2 + |b|^2 - |a - b|^2) / 2: from the sums at hand, no extra reduction
+        both = total_a * total_b
+        cos = (total_a + total_b - total_d) / (2 * math.sqrt(both)) if both > 0 else 0.0
+        cos = 1.0 if total_a == total_b == 0 else cos
+    else:
+        rel_err, cos, max_abs = math.inf, math.nan, math.inf
     return CheckResult(
         mode=mode,
-        rel_err=rel(-1),
-        rel_err_per_param={name: rel(i) for i, name in enumerate(names)},
-        max_abs_diff=math.inf if n_bad[-1] else max_abs,
-        cos_sim=math.nan if n_bad[-1] else cos,
+        rel_err=rel_err,
+        rel_err_per_param=per,
+        max_abs_diff=max_abs,
+        cos_sim=cos,
         kinks=n_kinks,
-        excluded=int(a.numel() - n_keep),
-        n_compared=int(n_keep),
+        excluded=n_excluded,
+        n_compared=a.numel() - n_excluded,
         tol=tol,
         error=error,
     )

@@ -1,84 +1,189 @@
 """Batched central finite differences: many perturbed parameter sets in one forward pass.
 
-Everything here works on a flat parameter vector theta (n,) and a matrix of step vectors
-S (m, n): row j gives (L(theta + S_j) - L(theta - S_j)) / 2, which approximates g . S_j.
-All 2m perturbed sets of a chunk go through one batched forward (models.forward_batched),
-so the cost is a few large matmuls, not 2n Python-level forward passes.
+Everything here works on a flat parameter vector theta (n,): layer1.weight, layer1.bias,
+layer2.weight, ... flattened in order. For a step row s_j, fd_j = (L(theta + s_j) -
+L(theta - s_j)) / 2 approximates g . s_j; both signs of a chunk of rows go through one forward.
+
+Activations are kept transposed, one (D, B) matrix per parameter set, so that a batch of P sets
+is (P, D, B): the long batch dim B is the contiguous one, which is what the small matmuls and the
+elementwise ops here run fastest on. The unperturbed forward is run once (EvaluationPoint) and
+reused: by every set for the layers below the perturbed one, and for the base ReLU on/off pattern
+that kink detection compares against.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from gradlab.models import MLP, forward_batched
+from gradlab.models import MLP
 
 # Upper bound on the activations one chunk of perturbed sets may hold.
-DEFAULT_MAX_BYTES = 64 * 2**20
+DEFAULT_MAX_BYTES = 16 * 2**20
 
 
-def flatten(model: MLP, dtype: torch.dtype) -> tuple[Tensor, dict[str, torch.Size]]:
-    """theta (n,) as a fresh copy in `dtype`, and the shape of each named parameter."""
-    tensors = model.named_tensors()
-    theta = torch.cat([t.reshape(-1) for t in tensors.values()]).to(dtype)
-    return theta, {name: t.shape for name, t in tensors.items()}
+class Forward(NamedTuple):
+    """The unperturbed forward, transposed: (D, B) per layer."""
+
+    acts: list[Tensor]  # a_0 = x^T, a_1, ..., a_{L-1}: each layer's input, (D_{k-1}, B)
+    pre: list[Tensor]  # z_1, ..., z_L (z_L = y_hat^T): each layer's pre-activation, (D_k, B)
+    on: list[Tensor]  # relu only: z_k > 0 of each hidden layer, the base on/off pattern
 
 
-def unflatten(sets: Tensor, shapes: dict[str, torch.Size]) -> list[Tensor]:
-    """(P, n) parameter sets -> [(P, *shape) per parameter], in model order."""
-    out, offset = [], 0
-    for shape in shapes.values():
-        numel = shape.numel()
-        out.append(sets[:, offset : offset + numel].reshape(sets.shape[0], *shape))
-        offset += numel
-    return out
+@dataclass
+class EvaluationPoint:
+    """theta and the batch in the dtype the differences are taken in; the unperturbed forward is
+    run on first use of ``forward``."""
+
+    theta: Tensor  # (n,) a fresh copy
+    shapes: dict[str, torch.Size]  # parameter name -> shape, in theta's order
+    layers: list[tuple[Tensor, Tensor]]  # (W_k (D_k, D_{k-1}), b_k (D_k,)), views into theta
+    spans: list[tuple[int, int]]  # layer k's parameters (W_k flat, then b_k) are theta[start:stop]
+    relu: bool
+    x: Tensor  # x^T (D_0, B)
+    y: Tensor  # y^T (D_L, B)
+
+    @functools.cached_property
+    @torch.no_grad()
+    def forward(self) -> Forward:
+        acts, pre = [self.x], []
+        for w, b in self.layers:
+            pre.append(torch.addmm(b.unsqueeze(1), w, acts[-1]))  # W a + b, (D_k, B)
+            if len(pre) < len(self.layers):
+                acts.append(torch.relu(pre[-1]) if self.relu else torch.sigmoid(pre[-1]))
+        return Forward(acts, pre, [z > 0 for z in pre[:-1]] if self.relu else [])
 
 
-def batched_losses(
-    sets: Tensor, shapes: dict[str, torch.Size], x: Tensor, y: Tensor, activation: str
-) -> tuple[Tensor, list[Tensor]]:
-    """MSE loss (P,) of every parameter set, and the hidden pre-activations (P, B, H_k)."""
-    y_hat, pre = forward_batched(unflatten(sets, shapes), x, activation)
-    return (y_hat - y).pow(2).mean(dim=(1, 2)), pre
+@torch.no_grad()
+def evaluation_point(model: MLP, x: Tensor, y: Tensor, dtype: torch.dtype) -> EvaluationPoint:
+    """Copy theta and the batch (transposed) to `dtype`."""
+    names, params = zip(*model.named_parameters())
+    theta = torch.cat([p.reshape(-1) for p in params]).to(dtype)  # a fresh copy
+    layers, spans, offset = [], [], 0
+    for w, b in zip(params[::2], params[1::2]):
+        w_end = offset + w.numel()
+        stop = w_end + b.numel()
+        layers.append((theta[offset:w_end].view(w.shape), theta[w_end:stop]))
+        spans.append((offset, stop))
+        offset = stop
+    return EvaluationPoint(
+        theta=theta,
+        shapes={name: p.shape for name, p in zip(names, params)},
+        layers=layers,
+        spans=spans,
+        relu=model.activation == "relu",
+        x=x.t().to(dtype, memory_format=torch.contiguous_format),
+        y=y.t().to(dtype, memory_format=torch.contiguous_format),
+    )
 
 
-def central_differences(
-    model: MLP,
-    theta: Tensor,
-    shapes: dict[str, torch.Size],
-    x: Tensor,
-    y: Tensor,
-    steps: Callable[[Tensor], Tensor],
-    rows: Tensor,
-    max_bytes: int = DEFAULT_MAX_BYTES,
+@torch.no_grad()
+def coordinate_differences(
+    point: EvaluationPoint, k: int, h: Tensor, rows: Tensor, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> tuple[Tensor, Tensor]:
-    """For each step row S_j given by steps(rows) (c, n): fd_j ~ g . S_j, and whether the
-    perturbation flipped any ReLU on/off decision (a kink: then fd_j is not a derivative)."""
-    relu = model.activation == "relu"
-    base_on = None
-    if relu:
-        _, pre = batched_losses(theta.unsqueeze(0), shapes, x, y, model.activation)
-        base_on = [p > 0 for p in pre]
-    m = rows.numel()
-    per_set = x.shape[0] * (sum(model.sizes[1:]) + 2) * theta.element_size() * 3
-    chunk = max(1, min(m, max_bytes // (2 * per_set)))
-    fd = torch.empty(m, dtype=theta.dtype, device=theta.device)
-    kinked = torch.zeros(m, dtype=torch.bool, device=theta.device)
-    for start in range(0, m, chunk):
-        stop = min(m, start + chunk)
-        s = steps(rows[start:stop])  # (c, n)
-        sets = torch.cat([theta + s, theta - s])  # (2c, n)
-        losses, pre = batched_losses(sets, shapes, x, y, model.activation)
-        c = stop - start
-        fd[start:stop] = (losses[:c] - losses[c:]) / 2
-        if relu:
-            flips = torch.stack(
-                [((p > 0) != on).flatten(1).any(1) for p, on in zip(pre, base_on)]
-            ).any(0)
-            kinked[start:stop] = flips[:c] | flips[c:]
+    """fd_j = (L(theta + h_i e_i) - L(theta - h_i e_i)) / 2 for each coordinate i = rows[j] of
+    layer k's parameters (W_k flat, then b_k; h (n_k,) their steps), and whether the perturbation
+    flipped any ReLU on/off decision (a kink: then fd_j is not a derivative).
+
+    A coordinate moves one unit u of layer k: z_k changes in row u only, by h * a_{k-1}[j] for
+    W_k[u, j] (by h for b_k[u]), so does a_k, and z_{k+1} by a rank-1 update. Layers below k
+    are the base forward's; only from layer k + 2 on does each set need full layers."""
+    w, _ = point.layers[k]
+    d_in, batch, last = w.shape[1], point.y.shape[1], k == len(point.layers) - 1
+    width = sum(layer[0].shape[0] for layer in point.layers[k:])
+    chunk = max(1, max_bytes // (2 * 2 * batch * width * h.element_size()))
+    base = point.forward
+    inputs = torch.cat([base.acts[k], torch.ones_like(point.y[:1])])  # a_{k-1}; ones for b_k
+    fd = torch.empty(rows.numel(), dtype=h.dtype, device=h.device)
+    kinked = torch.zeros(rows.numel(), dtype=torch.bool, device=h.device)
+    for start in range(0, rows.numel(), chunk):
+        i = rows[start : start + chunk].repeat(2)  # (P,) = (2c,): both signs
+        c = i.numel() // 2
+        step = torch.cat([h[i[:c]], -h[i[:c]]]).unsqueeze(1)  # (P, 1)
+        is_w = i < w.numel()
+        unit = torch.where(is_w, i // d_in, i - w.numel())  # the unit of layer k each set moves
+        moved = torch.where(is_w, i % d_in, d_in)  # the input row its step scales
+        z_unit = torch.addcmul(base.pre[k][unit], inputs[moved], step)  # z_k[u] (P, B)
+        flips = torch.zeros(2 * c, dtype=torch.bool, device=h.device)
+        if last:  # y_hat moves in row u only
+            z = base.pre[k].expand(2 * c, -1, -1).clone()  # (P, D_L, B)
+            z.scatter_(1, unit.view(-1, 1, 1).expand(-1, 1, batch), z_unit.unsqueeze(1))
+        else:
+            if point.relu:
+                flips = _any_per_set((z_unit > 0).ne_(base.on[k][unit]))
+            a_unit = torch.relu(z_unit) if point.relu else torch.sigmoid(z_unit)
+            # z_{k+1} = base + W_{k+1}[:, u] (change of a_k[u]): (P, D_{k+1}, B)
+            w_next, b_next = point.layers[k + 1]
+            z = torch.addcmul(
+                base.pre[k + 1],
+                w_next.t()[unit].unsqueeze(2),
+                (a_unit - base.acts[k + 1][unit]).unsqueeze(1),
+            )
+            for j, (w_j, b_j) in enumerate(point.layers[k + 2 :], start=k + 1):
+                # layers above: unperturbed weights, one batched matmul for all sets
+                a, flips = _activate(point.relu, z, base.on[j] if point.relu else None, flips)
+                z = torch.baddbmm(b_j.unsqueeze(1), w_j.expand(2 * c, -1, -1), a)
+        losses = _loss(point, z)
+        fd[start : start + c] = (losses[:c] - losses[c:]) / 2
+        kinked[start : start + c] = flips[:c] | flips[c:]
     return fd, kinked
+
+
+@torch.no_grad()
+def direction_differences(
+    point: EvaluationPoint, steps: Tensor, max_bytes: int = DEFAULT_MAX_BYTES
+) -> tuple[Tensor, Tensor]:
+    """fd_j = (L(theta + s_j) - L(theta - s_j)) / 2 ~ g . s_j for each step row s_j of steps
+    (m, n), any direction in parameter space, and whether it flipped any ReLU (a kink).
+    Every set has its own weights in every layer: one batched matmul per layer. The base set
+    theta goes through the same forward, as set 0: its on/off pattern is what flips are about."""
+    batch = point.y.shape[1]
+    per_set = batch * sum(w.shape[0] for w, _ in point.layers) + steps.shape[1]
+    chunk = max(1, max_bytes // (2 * 2 * per_set * steps.element_size()))
+    fd = torch.empty(steps.shape[0], dtype=steps.dtype, device=steps.device)
+    kinked = torch.zeros(steps.shape[0], dtype=torch.bool, device=steps.device)
+    theta = point.theta.unsqueeze(0)
+    for start in range(0, steps.shape[0], chunk):
+        s = steps[start : start + chunk]
+        c = s.shape[0]
+        sets = torch.cat([theta, theta + s, theta - s])  # (P, n): base, then both signs
+        a = point.x.expand(sets.shape[0], -1, -1)  # x^T for every set
+        flips = torch.zeros(sets.shape[0], dtype=torch.bool, device=s.device)
+        for j, ((w, _), (lo, hi)) in enumerate(zip(point.layers, point.spans)):
+            weights = sets[:, lo : lo + w.numel()].view(-1, *w.shape)  # (P, D_j, D_{j-1}), a view
+            bias = sets[:, lo + w.numel() : hi].unsqueeze(2)  # (P, D_j, 1)
+            z = torch.baddbmm(bias, weights, a)  # (P, D_j, B)
+            if j < len(point.layers) - 1:
+                a, flips = _activate(point.relu, z, z[0] > 0 if point.relu else None, flips)
+        losses = _loss(point, z)
+        fd[start : start + c] = (losses[1 : c + 1] - losses[c + 1 :]) / 2
+        kinked[start : start + c] = flips[1 : c + 1] | flips[c + 1 :]
+    return fd, kinked
+
+
+def _activate(relu: bool, z: Tensor, on: Tensor | None, flips: Tensor) -> tuple[Tensor, Tensor]:
+    """A hidden layer's activation of z (P, D, B), in place, and (relu) flips or-ed with whether
+    each set left the on/off pattern `on` (D, B)."""
+    if not relu:
+        return z.sigmoid_(), flips
+    a = z.relu_()
+    return a, flips | _any_per_set(a.bool().ne_(on))  # a > 0 iff z > 0
+
+
+def _loss(point: EvaluationPoint, y_hat: Tensor) -> Tensor:
+    """MSE of each set (P,) from y_hat (P, D_L, B): gradlab's mean over all B * D_L elements."""
+    return (y_hat - point.y).pow_(2).mean(dim=(1, 2))
+
+
+def _any_per_set(mask: Tensor) -> Tensor:
+    """(P,) whether mask (P, ...) holds any True per leading index. Bool any() is slow on the CPU;
+    max over a uint8 view is the same reduction, vectorized."""
+    return mask.view(torch.uint8).flatten(1).amax(1).bool()
 
 
 def default_steps(theta: Tensor, h: float | None = None) -> Tensor:
@@ -99,9 +204,14 @@ def coordinate_steps(h_vec: Tensor) -> Callable[[Tensor], Tensor]:
     return steps
 
 
+def row_steps(s: Tensor) -> Callable[[Tensor], Tensor]:
+    """steps(rows) for given step rows S (m, n)."""
+    return lambda rows: s[rows]
+
+
 def function_differences(
     fn: Callable[..., Tensor],
-    xs: list[Tensor],
+    xs: Sequence[Tensor],
     t: int,
     w: Tensor,
     steps: Callable[[Tensor], Tensor],

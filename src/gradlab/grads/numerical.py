@@ -2,7 +2,7 @@
 
 g_i ~ (L(theta + h_i e_i) - L(theta - h_i e_i)) / (2 h_i), h_i = cbrt(eps) * max(1, |theta_i|),
 evaluated in the model's own dtype (so float32 training sees float32 truncation and rounding error),
-all 2n perturbed parameter sets in chunked batched forwards (gradlab.fd).
+all 2n perturbed parameter sets in chunked batched forwards, layer by layer (gradlab.fd).
 """
 
 from __future__ import annotations
@@ -17,10 +17,13 @@ from gradlab.models import MLP, mse_loss
 @torch.no_grad()
 def numerical(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
     """Loss at theta and the central-difference gradient of every parameter element."""
-    theta, shapes = fd.flatten(model, dtype=model.layer1.weight.dtype)
-    h = fd.default_steps(theta)
-    rows = torch.arange(theta.numel(), device=theta.device)
-    diffs, _ = fd.central_differences(model, theta, shapes, x, y, fd.coordinate_steps(h), rows)
-    flat = diffs / h
-    grads = dict(zip(shapes, fd.unflatten(flat.unsqueeze(0), shapes)))
-    return mse_loss(model(x), y), {name: g[0] for name, g in grads.items()}
+    point = fd.evaluation_point(model, x, y, dtype=model.layer1.weight.dtype)
+    h = fd.default_steps(point.theta)
+    diffs = [
+        fd.coordinate_differences(point, k, h[a:b], torch.arange(b - a))[0]
+        for k, (a, b) in enumerate(point.spans)
+    ]
+    flat = torch.cat(diffs) / h
+    grads = flat.split([shape.numel() for shape in point.shapes.values()])
+    loss = mse_loss(point.forward.pre[-1], point.y)  # transposed: the same mean
+    return loss, {name: g.view(point.shapes[name]) for name, g in zip(point.shapes, grads)}
