@@ -13,6 +13,8 @@ from gradlab.models import three_layer_relu, two_layer_sigmoid
 
 F64 = torch.float64
 MODELS = {"two_layer_sigmoid": two_layer_sigmoid, "three_layer_relu": three_layer_relu}
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, CUDA])]
 
 
 @pytest.fixture(scope="module")
@@ -27,14 +29,18 @@ def steps():
 def batch(model, n=16, seed=0):
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(n, model.sizes[0], dtype=F64, generator=gen)
-    return x, torch.randn(n, model.sizes[-1], dtype=F64, generator=gen)
+    y = torch.randn(n, model.sizes[-1], dtype=F64, generator=gen)
+    return x.to(model.layer1.weight.device), y.to(model.layer1.weight.device)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("model_name", MODELS)
 @pytest.mark.parametrize("method", [autograd, manual], ids=["autograd", "manual"])
-def test_compiled_equals_plain_and_compiles_once(steps, method, model_name):
+def test_compiled_equals_plain_and_compiles_once(steps, method, model_name, device):
+    if device != "cpu" and (reason := compile_error(device)) is not None:
+        pytest.skip(f"torch.compile does not work on {device}: {reason}")
     step = steps[method.__name__]
-    model = MODELS[model_name](dtype=F64)
+    model = MODELS[model_name](dtype=F64, device=device)
     x, y = batch(model)
     loss, grads = step(model, x, y)
     ref_loss, ref_grads = method(model, x, y)
@@ -45,7 +51,7 @@ def test_compiled_equals_plain_and_compiles_once(steps, method, model_name):
 
     # Same shapes, another model instance and other data: served by the same compiled code.
     n_cached, n_graphs = len(step.cache), counters["stats"]["unique_graphs"]
-    other = MODELS[model_name](dtype=F64, seed=1)
+    other = MODELS[model_name](dtype=F64, seed=1, device=device)
     x2, y2 = batch(other, seed=1)
     loss2, grads2 = step(other, x2, y2)
     assert len(step.cache) == n_cached and counters["stats"]["unique_graphs"] == n_graphs

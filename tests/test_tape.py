@@ -129,6 +129,19 @@ def test_tape_method_equals_autograd(sizes, activation, batch):
         assert_close(grads[name], ref, msg=name)
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("sizes, activation", [([2, 4, 1], "sigmoid"), ([4, 16, 16, 1], "relu")])
+def test_tape_method_equals_autograd_on_cuda(sizes, activation):
+    model = MLP(sizes, activation, seed=3, dtype=F64, device="cuda")
+    x, y = rand(100, sizes[0], seed=4).cuda(), rand(100, sizes[-1], seed=5).cuda()
+    loss, grads = METHODS["tape"](model, x, y)
+    ref_loss, ref_grads = autograd(model, x, y)
+    assert_close(loss, ref_loss)
+    for name, ref in ref_grads.items():
+        assert_close(grads[name], ref, msg=name)
+
+
 def test_tape_method_leaves_torch_autograd_alone():
     model = MLP([4, 16, 16, 1], "relu", dtype=F64)
     loss, grads = METHODS["tape"](model, rand(10, 4), rand(10, 1, seed=1))
