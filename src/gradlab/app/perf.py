@@ -1,0 +1,206 @@
+"""Framework overhead (issue 7): does the measurement cost more than what it measures?
+
+Every figure comes from one run of `measure()` on one machine:
+- default_run_s: the README's main command (`python src/train.py`), process start to exit;
+- lightning_step_us / plain_step_us: marginal wall time per training step, (T(n2) - T(n1)) /
+  (n2 - n1), of Lightning's fit loop vs a plain PyTorch loop calling the same StepRunner (same
+  method, checks and metrics.csv cadence), so start-up costs cancel out;
+- sweep12_basic_s / sweep12_joblib_s: the 12-job sweep of issue 4, 200 steps each;
+- grad_ms_logged_vs_standalone: median logged time/grad_ms of the default run divided by the
+  standalone benchmark (gradlab.bench) of the same method, model, dtype and thread count;
+- check_overhead_ratio: per-step cost of the default checks (directional every step, full every
+  100 steps, amortized) divided by the gradient computation itself.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[3]
+TRAIN = ROOT / "src" / "train.py"
+SWEEP12 = [
+    "-m",
+    "grad=autograd,manual,function",
+    "model=two_layer_sigmoid,three_layer_relu",
+    "optimizer=sgd,adam",
+    "trainer.max_steps=200",
+    "logger=csv",
+]
+
+
+def _cli(args: list[str], cwd: Path, extra_env: dict | None = None) -> float:
+    env = {**os.environ, "CI": "true", **(extra_env or {})}
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, str(TRAIN), *args], cwd=cwd, env=env, capture_output=True, text=True
+    )
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed: {proc.stderr.strip()[-500:]}")
+    return wall
+
+
+def _compose(overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+
+    from gradlab.app.config import register
+
+    register()
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        return compose("train", overrides=overrides)
+
+
+def _fit_seconds(overrides: list[str], steps: int, plain: bool, device: str) -> float:
+    """Wall time of `steps` training steps, by Lightning's loop or by a plain loop."""
+    from gradlab.app.run import _build
+    from gradlab.runlog import MetricsCSV
+
+    cfg = _compose([*overrides, f"trainer.max_steps={steps}", f"device={device}"])
+    with tempfile.TemporaryDirectory() as tmp:
+        job = _build(cfg, Path(tmp))
+        module, trainer, batches = job["module"], job["trainer"], job["batches"]
+        runner = module.runner
+        csv = MetricsCSV(Path(tmp) / "metrics.csv", runner.metric_columns())
+        runner.sink = csv.write
+        t0 = time.perf_counter()
+        if plain:
+            runner.model.to(job["device"])
+            opt = module.make_optimizer(list(runner.model.parameters()))
+            for step in range(steps):
+                x, y = batches.data.batch(step)
+                runner(x, y, step, opt.step)
+        else:
+            trainer.fit(module, train_dataloaders=batches)
+        if job["device"].type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+        csv.close()
+    return seconds
+
+
+def marginal_step_us(
+    overrides: list[str],
+    plain: bool,
+    device: str = "cpu",
+    n1: int = 100,
+    n2: int = 600,
+    repeats: int = 3,
+) -> float:
+    """Median over repeats of (T(n2) - T(n1)) / (n2 - n1), in microseconds."""
+    samples = []
+    for _ in range(repeats):
+        t1 = _fit_seconds(overrides, n1, plain, device)
+        t2 = _fit_seconds(overrides, n2, plain, device)
+        samples.append((t2 - t1) / (n2 - n1) * 1e6)
+    return statistics.median(samples)
+
+
+def _standalone(device: str) -> dict[str, float]:
+    """Standalone medians (us) of the default run's gradient and checks, same threads."""
+    from gradlab import bench
+    from gradlab.check import check_gradient
+    from gradlab.data import make_dataset
+    from gradlab.grads import manual
+    from gradlab.models import build_model
+
+    torch.set_num_threads(1)
+    model = build_model("three_layer_relu", dtype=torch.float32, device=device)
+    data = make_dataset("regression", model, dtype=torch.float32, device=device)
+    x, y = data.x, data.y
+    _, grads = manual(model, x, y)
+    gen = torch.Generator().manual_seed(0)
+    return {
+        "grad": bench.median_us(lambda: manual(model, x, y), 1.0),
+        "directional": bench.median_us(
+            lambda: check_gradient(model, x, y, grads, mode="directional", generator=gen), 1.0
+        ),
+        "full": bench.median_us(lambda: check_gradient(model, x, y, grads, mode="full"), 1.0),
+    }
+
+
+def measure(device: str = "cpu", sweeps: bool = True) -> dict:
+    """All issue-7 figures in one run (see the module docstring)."""
+    from gradlab import bench
+    from gradlab.runlog import read_metrics
+
+    result: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "default"
+        args = [f"hydra.run.dir={run_dir}"] + ([] if device == "cpu" else [f"device={device}"])
+        result["default_run_s"] = _cli(args, Path(tmp))
+        logged_ms = statistics.median(
+            r["time/grad_ms"] for r in read_metrics(run_dir / "metrics.csv")[1:]
+        )
+        if sweeps:
+            result["sweep12_basic_s"] = _cli([*SWEEP12, f"hydra.sweep.dir={tmp}/s1"], Path(tmp))
+            result["sweep12_joblib_s"] = _cli(
+                [*SWEEP12, "hydra/launcher=joblib", f"hydra.sweep.dir={tmp}/s2"], Path(tmp)
+            )
+    overrides = ["logger=csv"]
+    result["lightning_step_us"] = marginal_step_us(overrides, plain=False, device=device)
+    result["plain_step_us"] = marginal_step_us(overrides, plain=True, device=device)
+    alone = _standalone(device)
+    result["grad_ms_logged_vs_standalone"] = logged_ms * 1e3 / alone["grad"]
+    per_step_check = alone["directional"] + alone["full"] / 100
+    result["check_overhead_ratio"] = per_step_check / alone["grad"]
+    result["env"] = {
+        **bench.environment(),
+        "device": device if device == "cpu" else torch.cuda.get_device_name(),
+        "threads": 1,
+        "logged_grad_ms_median": logged_ms,
+        "standalone_grad_us": alone["grad"],
+        "standalone_check_directional_us": alone["directional"],
+        "standalone_check_full_us": alone["full"],
+    }
+    return result
+
+
+TARGETS = {
+    "default_run_s": ("<=", 15.0),
+    "lightning_vs_plain": ("<=", 2.0),
+    "grad_ms_logged_vs_standalone": ("within", 0.25),
+    "check_overhead_ratio": ("<=", 1.0),
+}
+
+
+def format_table(result: dict) -> str:
+    ratio = result["lightning_step_us"] / result["plain_step_us"]
+    rows = [
+        ("default_run_s", result["default_run_s"], "<= 15 s", result["default_run_s"] <= 15),
+        ("lightning_step_us", result["lightning_step_us"], "", None),
+        ("plain_step_us", result["plain_step_us"], "", None),
+        ("lightning / plain", ratio, "<= 2", ratio <= 2),
+        (
+            "sweep12_basic_s",
+            result.get("sweep12_basic_s"),
+            "< 90 s",
+            result.get("sweep12_basic_s", 0) < 90 if "sweep12_basic_s" in result else None,
+        ),
+        ("sweep12_joblib_s", result.get("sweep12_joblib_s"), "", None),
+        (
+            "grad_ms_logged_vs_standalone",
+            result["grad_ms_logged_vs_standalone"],
+            "0.75 .. 1.25",
+            abs(result["grad_ms_logged_vs_standalone"] - 1) <= 0.25,
+        ),
+        (
+            "check_overhead_ratio",
+            result["check_overhead_ratio"],
+            "<= 1",
+            result["check_overhead_ratio"] <= 1,
+        ),
+    ]
+    lines = ["| figure | measured | target | met |", "|---|---|---|---|"]
+    for name, value, target, met in rows:
+        shown = "-" if value is None else f"{value:.3g}"
+        verdict = "" if met is None else ("yes" if met else "**no**")
+        lines.append(f"| {name} | {shown} | {target} | {verdict} |")
+    return "\n".join(lines)
