@@ -133,17 +133,18 @@ def main(argv: list[str] | None = None) -> dict:
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: CUDA is not available here")
     torch.set_num_threads(args.threads)
-    if not args.warm_cache:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="gradlab_inductor_")
-    result = measure(
-        args.models,
-        args.methods,
-        args.dtype,
-        args.batch,
-        args.device,
-        args.min_run_time,
-        args.repeats,
-    )
+    with tempfile.TemporaryDirectory(prefix="gradlab_inductor_") as cold_cache:
+        if not args.warm_cache:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = cold_cache
+        result = measure(
+            args.models,
+            args.methods,
+            args.dtype,
+            args.batch,
+            args.device,
+            args.min_run_time,
+            args.repeats,
+        )
     env = bench.environment()
     env["device"] = args.device
     env["gpu"] = torch.cuda.get_device_name() if args.device == "cuda" else None
