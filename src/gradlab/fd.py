@@ -115,7 +115,7 @@ def coordinate_differences(
             z.scatter_(1, unit.view(-1, 1, 1).expand(-1, 1, batch), z_unit.unsqueeze(1))
         else:
             if point.relu:
-                flips = _any_per_set((z_unit > 0).ne_(base.on[k][unit]))
+                flips = _any_per_set((z_unit > 0).ne_(base.on[k][unit])).bool()
             a_unit = torch.relu(z_unit) if point.relu else torch.sigmoid(z_unit)
             # z_{k+1} = base + W_{k+1}[:, u] (change of a_k[u]): (P, D_{k+1}, B)
             w_next, b_next = point.layers[k + 1]
@@ -126,7 +126,8 @@ def coordinate_differences(
             )
             for j, (w_j, b_j) in enumerate(point.layers[k + 2 :], start=k + 1):
                 # layers above: unperturbed weights, one batched matmul for all sets
-                a, flips = _activate(point.relu, z, base.on[j] if point.relu else None, flips)
+                a, flipped = _activate(point.relu, z, base.on[j] if point.relu else None)
+                flips = flips if flipped is None else flips | flipped.bool()
                 z = torch.baddbmm(b_j.unsqueeze(1), w_j.expand(2 * c, -1, -1), a)
         losses = _loss(point, z)
         fd[start : start + c] = (losses[:c] - losses[c:]) / 2
@@ -145,34 +146,33 @@ def direction_differences(
     batch = point.y.shape[1]
     per_set = batch * sum(w.shape[0] for w, _ in point.layers) + steps.shape[1]
     chunk = max(1, max_bytes // (2 * 2 * per_set * steps.element_size()))
-    fd = torch.empty(steps.shape[0], dtype=steps.dtype, device=steps.device)
-    kinked = torch.zeros(steps.shape[0], dtype=torch.bool, device=steps.device)
-    theta = point.theta.unsqueeze(0)
+    theta, parts = point.theta.unsqueeze(0), []
     for start in range(0, steps.shape[0], chunk):
         s = steps[start : start + chunk]
         c = s.shape[0]
         sets = torch.cat([theta, theta + s, theta - s])  # (P, n): base, then both signs
-        a = point.x.expand(sets.shape[0], -1, -1)  # x^T for every set
-        flips = torch.zeros(sets.shape[0], dtype=torch.bool, device=s.device)
+        a, flips = point.x.expand(sets.shape[0], -1, -1), None  # x^T for every set
         for j, ((w, _), (lo, hi)) in enumerate(zip(point.layers, point.spans)):
             weights = sets[:, lo : lo + w.numel()].view(-1, *w.shape)  # (P, D_j, D_{j-1}), a view
             bias = sets[:, lo + w.numel() : hi].unsqueeze(2)  # (P, D_j, 1)
             z = torch.baddbmm(bias, weights, a)  # (P, D_j, B)
             if j < len(point.layers) - 1:
-                a, flips = _activate(point.relu, z, z[0] > 0 if point.relu else None, flips)
+                a, flipped = _activate(point.relu, z, z[0] > 0 if point.relu else None)
+                flips = flipped if flips is None else flips.bitwise_or_(flipped)
         losses = _loss(point, z)
-        fd[start : start + c] = (losses[1 : c + 1] - losses[c + 1 :]) / 2
-        kinked[start : start + c] = flips[1 : c + 1] | flips[c + 1 :]
-    return fd, kinked
+        kinked = (flips[1 : c + 1] | flips[c + 1 :]).bool() if flips is not None else None
+        parts.append(((losses[1 : c + 1] - losses[c + 1 :]) / 2, kinked))
+    fd, kinked = parts[0] if len(parts) == 1 else [torch.cat(p) for p in zip(*parts)]
+    return fd, kinked if kinked is not None else torch.zeros_like(fd, dtype=torch.bool)
 
 
-def _activate(relu: bool, z: Tensor, on: Tensor | None, flips: Tensor) -> tuple[Tensor, Tensor]:
-    """A hidden layer's activation of z (P, D, B), in place, and (relu) flips or-ed with whether
-    each set left the on/off pattern `on` (D, B)."""
+def _activate(relu: bool, z: Tensor, on: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """A hidden layer's activation of z (P, D, B), in place, and (relu) whether each set left
+    the on/off pattern `on` (D, B), as (P,) uint8."""
     if not relu:
-        return z.sigmoid_(), flips
+        return z.sigmoid_(), None
     a = z.relu_()
-    return a, flips | _any_per_set(a.bool().ne_(on))  # a > 0 iff z > 0
+    return a, _any_per_set(a.bool().ne_(on))  # a > 0 iff z > 0
 
 
 def _loss(point: EvaluationPoint, y_hat: Tensor) -> Tensor:
@@ -181,16 +181,16 @@ def _loss(point: EvaluationPoint, y_hat: Tensor) -> Tensor:
 
 
 def _any_per_set(mask: Tensor) -> Tensor:
-    """(P,) whether mask (P, ...) holds any True per leading index. Bool any() is slow on the CPU;
-    max over a uint8 view is the same reduction, vectorized."""
-    return mask.view(torch.uint8).flatten(1).amax(1).bool()
+    """(P,) uint8: whether mask (P, ...) holds any True per leading index. Bool any() is slow on
+    the CPU; max over a uint8 view is the same reduction, vectorized."""
+    return mask.view(torch.uint8).flatten(1).amax(1)
 
 
 def default_steps(theta: Tensor, h: float | None = None) -> Tensor:
     """Per-element step h * max(1, |theta|), h defaulting to cbrt(machine eps) of theta's dtype."""
     if h is None:
         h = torch.finfo(theta.dtype).eps ** (1 / 3)
-    return h * theta.abs().clamp(min=1.0)
+    return theta.abs().clamp_(min=1.0).mul_(h)
 
 
 def coordinate_steps(h_vec: Tensor) -> Callable[[Tensor], Tensor]:
