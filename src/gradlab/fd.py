@@ -160,10 +160,12 @@ def direction_differences(
                 a, flipped = _activate(point.relu, z, z[0] > 0 if point.relu else None)
                 flips = flipped if flips is None else flips.bitwise_or_(flipped)
         losses = _loss(point, z)
-        kinked = (flips[1 : c + 1] | flips[c + 1 :]).bool() if flips is not None else None
+        if flips is None:  # sigmoid: no kinks
+            kinked = torch.zeros(c, dtype=torch.bool, device=s.device)
+        else:
+            kinked = (flips[1 : c + 1] | flips[c + 1 :]).bool()
         parts.append(((losses[1 : c + 1] - losses[c + 1 :]) / 2, kinked))
-    fd, kinked = parts[0] if len(parts) == 1 else [torch.cat(p) for p in zip(*parts)]
-    return fd, kinked if kinked is not None else torch.zeros_like(fd, dtype=torch.bool)
+    return parts[0] if len(parts) == 1 else tuple(torch.cat(p) for p in zip(*parts))
 
 
 def _activate(relu: bool, z: Tensor, on: Tensor | None) -> tuple[Tensor, Tensor | None]:
