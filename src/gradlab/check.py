@@ -19,8 +19,12 @@ counted as mismatches.
 Metrics: the norm-relative error ||g - g_fd|| / max(||g||, ||g_fd||) globally and per parameter
 tensor; for a tensor the denominator is floored at 1e-6 x the global scale, so a tensor whose
 gradient is ~0 is judged in absolute terms instead of dividing noise by noise. Also the max abs
-difference and the cosine similarity. Verdict: pass when the global and every per-tensor relative
-error are <= tol; tol defaults to DEFAULT_TOL by the dtype the gradient was computed in.
+difference and the cosine similarity. A NaN or inf in a tensor's gradient (or differences) makes
+its error inf: a fail, never a silent pass. Verdict: pass when the global and every per-tensor
+relative error are <= tol; tol defaults to DEFAULT_TOL by the dtype the gradient was computed in.
+
+check_function applies the same step rule, modes and metrics to the backward of any function of
+tensors that broadcasts over a leading batch dim (e.g. a custom product autograd.Function).
 """
 
 from __future__ import annotations
@@ -114,9 +118,12 @@ def check_gradient(
                 )
             )
             values.append(diffs / h_l)
-            flags.append(excluded if n else torch.zeros_like(diffs, dtype=torch.bool))
+            flags.append(excluded)
             n_kinks += n
-        excluded = torch.cat(flags) if n_kinks else None
+        excluded = None
+        if n_kinks:  # layers without kinks exclude nothing
+            nothing = [torch.zeros_like(v, dtype=torch.bool) for v in values]
+            excluded = torch.cat([z if f is None else f for z, f in zip(nothing, flags)])
         seg = _segments(sizes, g.device)
         return _metrics("full", g, torch.cat(values), excluded, names, seg, n_kinks, tol)
     s = _unit_directions(sizes, k, generator).to(g.device) * h_vec  # step rows (T * k, n)
@@ -231,7 +238,7 @@ def _unit_directions(sizes: tuple[int, ...], k: int, generator) -> Tensor:
     # drawn in float32 (several times faster than float64 on the CPU): any direction will do
     u = torch.randn(k, sum(sizes), generator=generator).to(torch.float64)
     u = (u * _blocks(sizes, u.device)).view(len(sizes) * k, -1)
-    return u.div_(u.norm(dim=1, keepdim=True))
+    return u.div_(torch.linalg.vector_norm(u, dim=1, keepdim=True))
 
 
 def _directional_metrics(s, sizes, g, diffs, excluded, names, n_kinks, tol, error=""):
@@ -240,7 +247,9 @@ def _directional_metrics(s, sizes, g, diffs, excluded, names, n_kinks, tol, erro
     # g . s_j over s_j's own tensor only: a NaN in one tensor's gradient must not spill into
     # (0 * NaN) the rows of the others
     terms = torch.where(_blocks(sizes, s.device), s.view(len(sizes), -1, s.shape[1]) * g, 0.0)
-    exact, approx = torch.stack([terms.sum(2).view(-1), diffs]) / s.norm(dim=1)  # per unit step
+    exact, approx = torch.stack([terms.sum(2).view(-1), diffs]) / torch.linalg.vector_norm(
+        s, dim=1
+    )  # per unit step
     return _metrics("directional", exact, approx, excluded, names, None, n_kinks, tol, error)
 
 

@@ -4,11 +4,16 @@ Everything here works on a flat parameter vector theta (n,): layer1.weight, laye
 layer2.weight, ... flattened in order. For a step row s_j, fd_j = (L(theta + s_j) -
 L(theta - s_j)) / 2 approximates g . s_j; both signs of a chunk of rows go through one forward.
 
-Activations are kept transposed, one (D, B) matrix per parameter set, so that a batch of P sets
-is (P, D, B): the long batch dim B is the contiguous one, which is what the small matmuls and the
-elementwise ops here run fastest on. The unperturbed forward is run once (EvaluationPoint) and
-reused: by every set for the layers below the perturbed one, and for the base ReLU on/off pattern
-that kink detection compares against.
+Two ways through the net, both batched over the perturbed sets:
+- coordinate_differences (full check, numerical gradient): one coordinate moves one unit, so the
+  unperturbed forward (EvaluationPoint.forward, run once) serves every layer up to the perturbed
+  one, the next layer is a rank-1 update, and only the layers above need full matmuls;
+- direction_differences (directional check): each set has its own weights in every layer, one
+  batched matmul per layer; the base set runs with them for the on/off pattern.
+Activations are kept transposed, one (D, B) matrix per set, so a batch of P sets is (P, D, B):
+the long batch dim B is the contiguous one, which the small matmuls and the elementwise ops here
+run fastest on. Kinks: a set whose perturbation flips any ReLU on/off decision of the base set
+(any unit, any sample) is flagged; its difference straddles a kink.
 """
 
 from __future__ import annotations
@@ -118,10 +123,9 @@ def coordinate_differences(
                 flips = _any_per_set((z_unit > 0).ne_(base.on[k][unit])).bool()
             a_unit = torch.relu(z_unit) if point.relu else torch.sigmoid(z_unit)
             # z_{k+1} = base + W_{k+1}[:, u] (change of a_k[u]): (P, D_{k+1}, B)
-            w_next, b_next = point.layers[k + 1]
             z = torch.addcmul(
                 base.pre[k + 1],
-                w_next.t()[unit].unsqueeze(2),
+                point.layers[k + 1][0].t()[unit].unsqueeze(2),
                 (a_unit - base.acts[k + 1][unit]).unsqueeze(1),
             )
             for j, (w_j, b_j) in enumerate(point.layers[k + 2 :], start=k + 1):
@@ -146,25 +150,26 @@ def direction_differences(
     batch = point.y.shape[1]
     per_set = batch * sum(w.shape[0] for w, _ in point.layers) + steps.shape[1]
     chunk = max(1, max_bytes // (2 * 2 * per_set * steps.element_size()))
+    sizes = [t.numel() for layer in point.layers for t in layer]
     theta, parts = point.theta.unsqueeze(0), []
     for start in range(0, steps.shape[0], chunk):
         s = steps[start : start + chunk]
         c = s.shape[0]
         sets = torch.cat([theta, theta + s, theta - s])  # (P, n): base, then both signs
+        params = sets.split(sizes, dim=1)  # per set W_1, b_1, W_2, ...: views
         a, flips = point.x.expand(sets.shape[0], -1, -1), None  # x^T for every set
-        for j, ((w, _), (lo, hi)) in enumerate(zip(point.layers, point.spans)):
-            weights = sets[:, lo : lo + w.numel()].view(-1, *w.shape)  # (P, D_j, D_{j-1}), a view
-            bias = sets[:, lo + w.numel() : hi].unsqueeze(2)  # (P, D_j, 1)
-            z = torch.baddbmm(bias, weights, a)  # (P, D_j, B)
+        for j, (w, _) in enumerate(point.layers):
+            weights = params[2 * j].view(-1, *w.shape)  # (P, D_j, D_{j-1})
+            z = torch.baddbmm(params[2 * j + 1].unsqueeze(2), weights, a)  # (P, D_j, B)
             if j < len(point.layers) - 1:
                 a, flipped = _activate(point.relu, z, z[0] > 0 if point.relu else None)
                 flips = flipped if flips is None else flips.bitwise_or_(flipped)
-        losses = _loss(point, z)
+        plus, minus = _loss(point, z)[1:].view(2, c).unbind()
         if flips is None:  # sigmoid: no kinks
             kinked = torch.zeros(c, dtype=torch.bool, device=s.device)
         else:
-            kinked = (flips[1 : c + 1] | flips[c + 1 :]).bool()
-        parts.append(((losses[1 : c + 1] - losses[c + 1 :]) / 2, kinked))
+            kinked = flips[1:].view(2, c).amax(0).bool()
+        parts.append(((plus - minus) / 2, kinked))
     return parts[0] if len(parts) == 1 else tuple(torch.cat(p) for p in zip(*parts))
 
 
