@@ -40,7 +40,10 @@ from torch import Tensor
 from gradlab import fd
 from gradlab.models import MLP
 
-DEFAULT_TOL = {torch.float64: 1e-6, torch.float32: 1e-3, torch.float16: 3e-2, torch.bfloat16: 3e-2}
+# float32: a float32 gradient carries the rounding of y_hat - y, which cancels as the fit
+# improves; correct float32 gradients were measured 1.2e-3 off at loss 2.5e-6 (2-4-1 sigmoid,
+# Adam), so 1e-2 leaves room for that while a real bug (a sign, a wrong factor) is O(1).
+DEFAULT_TOL = {torch.float64: 1e-6, torch.float32: 1e-2, torch.float16: 3e-2, torch.bfloat16: 3e-2}
 KINK_RECHECK_FACTOR = 0.1
 FLOOR = 1e-6
 

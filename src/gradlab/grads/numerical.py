@@ -3,6 +3,9 @@
 g_i ~ (L(theta + h_i e_i) - L(theta - h_i e_i)) / (2 h_i), h_i = cbrt(eps) * max(1, |theta_i|),
 evaluated in the model's own dtype (so float32 training sees float32 truncation and rounding error),
 all 2n perturbed parameter sets in chunked batched forwards, layer by layer (gradlab.fd).
+
+A central difference that straddles a ReLU kink is a secant, not a derivative: as in the checker,
+such coordinates are redone with a step ten times smaller (gradlab.check's kink re-check).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import torch
 from torch import Tensor
 
 from gradlab import fd
+from gradlab.check import _with_kink_recheck
 from gradlab.models import MLP, mse_loss
 
 
@@ -20,7 +24,11 @@ def numerical(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tenso
     point = fd.evaluation_point(model, x, y, dtype=model.layer1.weight.dtype)
     h = fd.default_steps(point.theta)
     diffs = [
-        fd.coordinate_differences(point, k, h[a:b], torch.arange(b - a))[0]
+        _with_kink_recheck(
+            lambda rows, f, k=k, h=h[a:b]: fd.coordinate_differences(
+                point, k, h * f, torch.arange(h.numel()) if rows is None else rows
+            )
+        )[0]
         for k, (a, b) in enumerate(point.spans)
     ]
     flat = torch.cat(diffs) / h
