@@ -24,8 +24,9 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--dtypes", nargs="+", default=list(bench.DTYPES), choices=bench.DTYPES)
     parser.add_argument("--batch", type=int, default=bench.BATCH)
+    parser.add_argument("--rounds", type=int, default=10, help="turns per case (median over all)")
     args = parser.parse_args(argv)
-    rows = bench.run(args.models, args.methods, args.dtypes, args.batch, args.quick)
+    rows = bench.run(args.models, args.methods, args.dtypes, args.batch, args.quick, args.rounds)
     result = bench.report(rows)
     print(bench.format_table(result))
     if args.out:

@@ -107,14 +107,14 @@ def run(
     dtypes: Sequence[str] = tuple(DTYPES),
     batch: int = BATCH,
     quick: bool = False,
-    rounds: int = 3,
+    rounds: int = 10,
 ) -> list[Row]:
     """One row per (model, method, dtype): gradient methods in each of `dtypes`, checks once
     per model in float64 (they evaluate in float64 whatever the gradient's dtype).
 
-    Each case is timed `rounds` times, the cases taking turns, and the median is over all
-    blocks of all rounds: a burst of load from other processes then hits every case a little
-    instead of one case a lot."""
+    Each case is timed in `rounds` short turns, the cases taking turns, and the median is over
+    all blocks of all rounds: a burst of load from other processes (seconds long on this shared
+    machine) then spoils a few blocks of every case instead of every block of one case."""
     cases = {}  # (model, method, dtype) -> a no-argument call
     for model_name in models:
         for dtype_name in dtypes:
@@ -128,7 +128,7 @@ def run(
         for method in methods:
             if method in CHECKS:
                 cases[model_name, method, "float64"] = _call(method, model, x, y)
-    rounds, min_run_time = (1, 0.01) if quick else (rounds, 0.2)
+    rounds, min_run_time = (1, 0.01) if quick else (rounds, 0.05)
     timers = {}
     for key, fn in cases.items():
         fn()  # warm-up
