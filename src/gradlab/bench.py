@@ -89,6 +89,7 @@ def environment() -> dict[str, object]:
         "cpu": cpu,
         "cores": os.cpu_count(),
         "threads": torch.get_num_threads(),
+        "loadavg_1min": round(os.getloadavg()[0], 2),  # other processes sharing the cores
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
     }
 
