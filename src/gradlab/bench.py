@@ -75,6 +75,17 @@ def check_loop(
     return (diff_sq / ref_sq) ** 0.5 if ref_sq else diff_sq**0.5
 
 
+def timer(fn: Callable[[], object]) -> benchmark.Timer:
+    """A torch.utils.benchmark Timer of fn() at torch's default thread count."""
+    return benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+
+
+def median_us(fn: Callable[[], object], min_run_time: float) -> float:
+    """Median time of one warm fn() call in microseconds (one block measurement)."""
+    fn()
+    return timer(fn).blocked_autorange(min_run_time=min_run_time).median * 1e6
+
+
 def environment() -> dict[str, object]:
     """What the figures were measured on."""
     cpu = platform.processor() or platform.machine()
@@ -133,12 +144,11 @@ def run(
     timers = {}
     for key, fn in cases.items():
         fn()  # warm-up
-        threads = torch.get_num_threads()
-        timers[key] = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
+        timers[key] = timer(fn)
     blocks: dict[tuple[str, str, str], list[float]] = {key: [] for key in timers}
     for _ in range(rounds):
-        for key, timer in timers.items():
-            blocks[key] += timer.blocked_autorange(min_run_time=min_run_time).times
+        for key, case_timer in timers.items():
+            blocks[key] += case_timer.blocked_autorange(min_run_time=min_run_time).times
     return [
         Row(*key, batch, round(statistics.median(times) * 1e6, 1)) for key, times in blocks.items()
     ]

@@ -102,7 +102,7 @@ def coordinate_differences(
     d_in, batch, last = w.shape[1], point.y.shape[1], k == len(point.layers) - 1
     width = sum(layer[0].shape[0] for layer in point.layers[k:])
     chunk = max(1, max_bytes // (2 * 2 * batch * width * h.element_size()))
-    base = point.forward
+    base, rows = point.forward, rows.to(h.device)
     inputs = torch.cat([base.acts[k], torch.ones_like(point.y[:1])])  # a_{k-1}; ones for b_k
     fd = torch.empty(rows.numel(), dtype=h.dtype, device=h.device)
     kinked = torch.zeros(rows.numel(), dtype=torch.bool, device=h.device)
