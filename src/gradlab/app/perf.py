@@ -103,9 +103,17 @@ def marginal_step_us(
     return statistics.median(samples)
 
 
+def median_us(fn, min_run_time: float = 1.0) -> float:
+    """Warm median of one fn() call in microseconds (torch.utils.benchmark, current threads)."""
+    from torch.utils import benchmark
+
+    fn()
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+    return timer.blocked_autorange(min_run_time=min_run_time).median * 1e6
+
+
 def _standalone(device: str) -> dict[str, float]:
     """Standalone medians (us) of the default run's gradient and checks, same threads."""
-    from gradlab import bench
     from gradlab.check import check_gradient
     from gradlab.data import make_dataset
     from gradlab.grads import manual
@@ -118,23 +126,28 @@ def _standalone(device: str) -> dict[str, float]:
     _, grads = manual(model, x, y)
     gen = torch.Generator().manual_seed(0)
     return {
-        "grad": bench.median_us(lambda: manual(model, x, y), 1.0),
-        "directional": bench.median_us(
+        "grad": median_us(lambda: manual(model, x, y), 1.0),
+        "directional": median_us(
             lambda: check_gradient(model, x, y, grads, mode="directional", generator=gen), 1.0
         ),
-        "full": bench.median_us(lambda: check_gradient(model, x, y, grads, mode="full"), 1.0),
+        "full": median_us(lambda: check_gradient(model, x, y, grads, mode="full"), 1.0),
     }
 
 
 def measure(device: str = "cpu", sweeps: bool = True) -> dict:
     """All issue-7 figures in one run (see the module docstring)."""
+    import importlib.util
+
     from gradlab import bench
     from gradlab.runlog import read_metrics
 
     result: dict = {}
+    # The default run logs to W&B; where wandb is not installed (a bare GPU box) it logs CSV only.
+    logger = [] if importlib.util.find_spec("wandb") else ["logger=csv"]
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "default"
-        args = [f"hydra.run.dir={run_dir}"] + ([] if device == "cpu" else [f"device={device}"])
+        args = [f"hydra.run.dir={run_dir}", *logger]
+        args += [] if device == "cpu" else [f"device={device}"]
         result["default_run_s"] = _cli(args, Path(tmp))
         logged_ms = statistics.median(
             r["time/grad_ms"] for r in read_metrics(run_dir / "metrics.csv")[1:]
@@ -155,6 +168,7 @@ def measure(device: str = "cpu", sweeps: bool = True) -> dict:
         **bench.environment(),
         "device": device if device == "cpu" else torch.cuda.get_device_name(),
         "threads": 1,
+        "default_run_logger": "wandb+csv" if not logger else "csv (wandb not installed)",
         "logged_grad_ms_median": logged_ms,
         "standalone_grad_us": alone["grad"],
         "standalone_check_directional_us": alone["directional"],
