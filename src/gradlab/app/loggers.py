@@ -25,8 +25,13 @@ def _redact(text: str) -> str:
 
 
 def make_wandb_logger(wcfg: Any, run_name: str, save_dir: Path, config: dict, group: str | None):
-    """A WandbLogger whose run is already started; None when mode is disabled."""
-    import wandb
+    """A WandbLogger whose run is already started; None when mode is disabled or wandb is not
+    installed (then metrics.csv is the record, and one warning says so)."""
+    try:
+        import wandb
+    except ImportError:
+        print("warning: wandb is not installed; logging to metrics.csv only", file=sys.stderr)
+        return None
     from lightning.pytorch.loggers import WandbLogger
 
     if os.environ.get("WANDB_MODE") == "":  # an empty WANDB_MODE makes wandb.Settings invalid
