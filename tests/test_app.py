@@ -194,3 +194,9 @@ def test_cuda_methods_match_autograd(grad):
         _, got = resolve(grad)(model, x, y)
         for key in ref:
             torch.testing.assert_close(got[key], ref[key], rtol=1e-6, atol=1e-9)
+
+
+def test_presets_leave_the_logger_choice_alone():
+    for preset in sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")):
+        cfg = compose_cfg(f"experiment={preset}", "logger=csv")
+        assert cfg.logger.get("wandb") is None, preset
