@@ -103,17 +103,15 @@ def marginal_step_us(
     return statistics.median(samples)
 
 
-def median_us(fn, min_run_time: float = 1.0) -> float:
-    """Warm median of one fn() call in microseconds (torch.utils.benchmark, current threads)."""
-    from torch.utils import benchmark
+def _logged_grad_ms(run_dir: Path) -> float:
+    from gradlab.runlog import read_metrics
 
-    fn()
-    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
-    return timer.blocked_autorange(min_run_time=min_run_time).median * 1e6
+    return statistics.median(r["time/grad_ms"] for r in read_metrics(run_dir / "metrics.csv")[1:])
 
 
 def _standalone(device: str) -> dict[str, float]:
     """Standalone medians (us) of the default run's gradient and checks, same threads."""
+    from gradlab.bench import median_us
     from gradlab.check import check_gradient
     from gradlab.data import make_dataset
     from gradlab.grads import manual
@@ -139,19 +137,19 @@ def measure(device: str = "cpu", sweeps: bool = True) -> dict:
     import importlib.util
 
     from gradlab import bench
-    from gradlab.runlog import read_metrics
 
     result: dict = {}
     # The default run logs to W&B; where wandb is not installed (a bare GPU box) it logs CSV only.
     logger = [] if importlib.util.find_spec("wandb") else ["logger=csv"]
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "default"
-        args = [f"hydra.run.dir={run_dir}", *logger]
-        args += [] if device == "cpu" else [f"device={device}"]
-        result["default_run_s"] = _cli(args, Path(tmp))
-        logged_ms = statistics.median(
-            r["time/grad_ms"] for r in read_metrics(run_dir / "metrics.csv")[1:]
-        )
+        on = [] if device == "cpu" else [f"device={device}"]
+        result["default_run_s"] = _cli([f"hydra.run.dir={run_dir}", *logger, *on], Path(tmp))
+        logged_ms = _logged_grad_ms(run_dir)
+        # the same run without checks: how much of the gap the checks between two steps make
+        bare = Path(tmp) / "no_checks"
+        _cli([f"hydra.run.dir={bare}", "check=none", "logger=csv", *on], Path(tmp))
+        logged_bare_ms = _logged_grad_ms(bare)
         if sweeps:
             result["sweep12_basic_s"] = _cli([*SWEEP12, f"hydra.sweep.dir={tmp}/s1"], Path(tmp))
             result["sweep12_joblib_s"] = _cli(
@@ -170,6 +168,7 @@ def measure(device: str = "cpu", sweeps: bool = True) -> dict:
         "threads": 1,
         "default_run_logger": "wandb+csv" if not logger else "csv (wandb not installed)",
         "logged_grad_ms_median": logged_ms,
+        "logged_grad_ms_median_check_none": logged_bare_ms,
         "standalone_grad_us": alone["grad"],
         "standalone_check_directional_us": alone["directional"],
         "standalone_check_full_us": alone["full"],
