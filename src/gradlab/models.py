@@ -74,27 +74,6 @@ class MLP(nn.Module):
         return {name: p.detach() for name, p in self.named_parameters()}
 
 
-def forward_batched(
-    params: Sequence[Tensor], x: Tensor, activation: str
-) -> tuple[Tensor, list[Tensor]]:
-    """Forward for P parameter sets at once.
-
-    params: [W1 (P, H1, D0), b1 (P, H1), W2 (P, H2, H1), ...]; x: (B, D0).
-    Returns y_hat (P, B, D_out) and the hidden pre-activations [(P, B, H_k), ...] (for kink checks).
-    """
-    pre = []
-    a = x
-    n_layers = len(params) // 2
-    for k in range(n_layers):
-        w, b = params[2 * k], params[2 * k + 1]
-        z = torch.baddbmm(b.unsqueeze(1), a.expand(w.shape[0], *a.shape[-2:]), w.transpose(1, 2))
-        if k == n_layers - 1:
-            return z, pre
-        pre.append(z)
-        a = activate(z, activation)
-    raise ValueError("params must hold at least one (weight, bias) pair")
-
-
 def two_layer_sigmoid(d_in: int = 2, hidden: int = 4, d_out: int = 1, **kw) -> MLP:
     """Article 004's TwoLayerNet: D_in -> H sigmoid -> D_out (default 2-4-1)."""
     return MLP([d_in, hidden, d_out], "sigmoid", **kw)
