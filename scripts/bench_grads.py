@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+import torch
+
 from gradlab import bench
 from gradlab.grads import METHODS
 from gradlab.models import MODELS
@@ -25,7 +27,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--dtypes", nargs="+", default=list(bench.DTYPES), choices=bench.DTYPES)
     parser.add_argument("--batch", type=int, default=bench.BATCH)
     parser.add_argument("--rounds", type=int, default=10, help="turns per case (median over all)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (default 1, as training: on 2 shared cores a second MKL "
+        "thread that cannot get a core stalls these tiny matmuls by milliseconds)",
+    )
     args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
     rows = bench.run(args.models, args.methods, args.dtypes, args.batch, args.quick, args.rounds)
     result = bench.report(rows)
     print(bench.format_table(result))

@@ -1,8 +1,9 @@
 """Timings of every gradient method and of the gradient check: warm, repeated, median per call.
 
 Each figure is torch.utils.benchmark's median over blocks of repeated calls, after a warm-up
-call, with torch's default thread count. Ratios (the targets below) are only meaningful between
-figures of one run on one machine: they are computed from the rows of the same run.
+call, with the current torch thread count (scripts/bench_grads.py sets 1 by default). Ratios
+(the targets below) are only meaningful between figures of one run on one machine: they are
+computed from the rows of the same run.
 
 check_loop is the articles' gradient check, kept here only as the baseline the batched checker
 is measured against: perturb one parameter element in place, forward the nn.Module, restore.
