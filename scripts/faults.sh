@@ -18,7 +18,8 @@ if not p.exists():
     print("-")
 else:
     s = json.loads(p.read_text())
-    extra = f" grad_check={s.get('grad_check')}" if s.get("grad_check") == "fail" else ""
+    f = s.get("grad_check_first_fail") or {}
+    extra = f" grad_check=fail (step {f.get('step')}, {f.get('param')})" if f else ""
     print(f"{s['status']}{extra}: {s.get('reason') or ''}"[:110])
 PYEOF
 }
