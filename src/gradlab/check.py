@@ -14,7 +14,9 @@ Step: h_i = h * max(1, |theta_i|) with h = cbrt(float64 eps) ~ 6.1e-6 unless giv
 ReLU kinks: a perturbation that flips any ReLU on/off decision (for any sample) makes the central
 difference straddle a kink. Such perturbations are counted (``kinks``), re-checked with a step ten
 times smaller, and those still kinked are excluded from the comparison (``excluded``), never
-counted as mismatches.
+counted as mismatches. Likewise, when a gradient computed in float32 saw a hidden pre-activation
+on the other side of 0 than float64 does (a sample sitting on a kink, within float32 rounding),
+the entries of that layer's and the lower layers' tensors are excluded and counted as kinks.
 
 Metrics: the norm-relative error ||g - g_fd|| / max(||g||, ||g_fd||) globally and per parameter
 tensor; for a tensor the denominator is floored at 1e-6 x the global scale, so a tensor whose
@@ -128,6 +130,9 @@ def check_gradient(
             nothing = [torch.zeros_like(v, dtype=torch.bool) for v in values]
             excluded = torch.cat([z if f is None else f for z, f in zip(nothing, flags)])
         seg = _segments(sizes, g.device)
+        excluded, n_kinks = _exclude_unresolved(
+            point, grads[names[0]].dtype, seg, excluded, n_kinks
+        )
         return _metrics("full", g, torch.cat(values), excluded, names, seg, n_kinks, tol)
     s = _unit_directions(sizes, k, generator).to(g.device) * h_vec  # step rows (T * k, n)
     diffs, excluded, n_kinks = _with_kink_recheck(
@@ -135,7 +140,31 @@ def check_gradient(
             point, s if rows is None else s[rows] * f, max_bytes
         )
     )
+    rows = torch.arange(len(sizes), device=g.device).repeat_interleave(k)  # tensor of each row
+    excluded, n_kinks = _exclude_unresolved(point, grads[names[0]].dtype, rows, excluded, n_kinks)
     return _directional_metrics(s, sizes, g, diffs, excluded, names, n_kinks, tol)
+
+
+def _exclude_unresolved(point, dtype, tensor_of, excluded, n_kinks):
+    """Entries whose float64 reference the gradient's own dtype could not see: where a hidden
+    pre-activation computed in that dtype falls on the other side of a ReLU's kink than in
+    float64, the method legitimately took the other one-sided derivative, for every tensor of
+    that layer and the layers below. Those entries (tensor_of gives each entry's tensor index)
+    are excluded and counted as kinks."""
+    if not point.relu or dtype == point.theta.dtype:
+        return excluded, n_kinks
+    a, deepest = point.x.to(dtype), -1
+    for j, (w, b) in enumerate(point.layers[:-1]):
+        z = torch.addmm(b.to(dtype).unsqueeze(1), w.to(dtype), a)  # as the method saw it
+        if bool(((z > 0) != point.forward.on[j]).any()):
+            deepest = j
+        a = z.relu_()
+    if deepest < 0:
+        return excluded, n_kinks
+    unresolved = tensor_of < 2 * (deepest + 1)  # W_j, b_j of layers 0..deepest
+    new = unresolved if excluded is None else unresolved & ~excluded
+    excluded = unresolved if excluded is None else excluded | unresolved
+    return excluded, n_kinks + int(new.sum())
 
 
 def check_function(
