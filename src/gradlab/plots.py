@@ -173,7 +173,7 @@ class Plotter:
             "loss.png": self.lines("train/loss", "Training loss per step", "loss (MSE)", None),
             "grad_rel_err.png": self.lines(
                 "grad/rel_err",
-                "Gradient relative error against central finite differences (taken in float64)",
+                "Gradient relative error against central finite differences\n(taken in float64)",
                 "relative error ‖g − g_fd‖ / max(‖g‖, ‖g_fd‖)",
                 True,
             ),
