@@ -19,7 +19,9 @@ from gradlab.app.config import register
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
-OmegaConf.register_new_resolver("gradlab_pid", lambda: os.getpid(), replace=True)
+# use_cache: resolved once in the launching process; Hydra hands that cache to every job, so
+# jobs in joblib/submitit/SLURM workers share the sweep dir instead of each using its own pid.
+OmegaConf.register_new_resolver("gradlab_pid", lambda: os.getpid(), replace=True, use_cache=True)
 register()
 
 
@@ -48,7 +50,8 @@ def main(cfg: DictConfig) -> float:
     if not multirun and summary["status"] in ("failed", "interrupted"):
         print(f"error: run {summary['status']}: {summary['reason']}", file=sys.stderr)
         raise SystemExit(1 if summary["status"] == "failed" else 130)
-    return optimized_value(summary, cfg.optimized_metric)
+    direction = OmegaConf.select(hc, "sweeper.direction", default="minimize")
+    return optimized_value(summary, cfg.optimized_metric, str(direction))
 
 
 if __name__ == "__main__":

@@ -128,8 +128,8 @@ def test_same_seed_same_curves_across_methods(tmp_path):
         curves[grad] = torch.tensor([r["train/loss"] for r in rows], dtype=torch.float64)
     assert len(curves["autograd"]) == 200
     assert curves["autograd"][-1] < curves["autograd"][0]
-    for grad in ("manual", "function"):
-        torch.testing.assert_close(curves[grad], curves["autograd"], rtol=1e-6, atol=0)
+    for grad in ("manual", "function"):  # issue 3 asks 1e-6; float64 exact methods do far better
+        torch.testing.assert_close(curves[grad], curves["autograd"], rtol=1e-10, atol=0)
 
 
 def test_optimizers_all_train(tmp_path):
@@ -192,8 +192,9 @@ def test_cuda_methods_match_autograd(grad):
         y = torch.randn(17, model.sizes[-1], dtype=torch.float64, device="cuda")
         _, ref = resolve("autograd")(model, x, y)
         _, got = resolve(grad)(model, x, y)
+        rtol, atol = (1e-6, 1e-8) if grad == "numerical" else (1e-10, 1e-12)  # FD vs exact
         for key in ref:
-            torch.testing.assert_close(got[key], ref[key], rtol=1e-6, atol=1e-9)
+            torch.testing.assert_close(got[key], ref[key], rtol=rtol, atol=atol)
 
 
 def test_presets_leave_the_logger_choice_alone():

@@ -195,3 +195,14 @@ def test_cli_without_runs_exits_2(tmp_path):
         text=True,
     )
     assert r.returncode == 2 and "no runs" in r.stderr
+
+
+def test_summary_figures_win_over_sparse_csv(tmp_path):
+    # trainer.log_every_n_steps > 1: metrics.csv misses the step whose check was worst and the
+    # step memory was measured at; summary.json (fed every step) has them
+    _run(tmp_path, "sparse", _steps([3.0, 2.0, 1.0], [1.0, 1.0, 1.0], 1e-7), loss_final=1.0,
+         grad_rel_err_max=0.25, peak_mem_mb=0.9, grad_ms_median=1.5)  # fmt: skip
+    report.write_report([tmp_path], tmp_path / "out")
+    (row,) = _csv_rows(tmp_path / "out" / "report.csv")
+    assert float(row["rel_err_max"]) == 0.25
+    assert float(row["peak_mem_mb"]) == 0.9 and float(row["grad_ms_median"]) == 1.5

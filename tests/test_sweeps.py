@@ -82,3 +82,37 @@ def test_failed_job_shows_as_failed_and_others_are_summarized(tmp_path):
         rows = list(csv.DictReader(f))
     assert [r["status"] for r in rows] == ["completed", "failed"]
     assert "no_such" in rows[1]["reason"]
+
+
+def test_parallel_jobs_share_the_default_sweep_dir(tmp_path):
+    # the sweep dir's name holds the launching process's pid: every joblib worker must see the
+    # same one, not its own
+    proc = run_cli(
+        "-m",
+        "grad=autograd,manual",
+        "trainer.max_steps=5",
+        "logger=csv",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (sweep,) = (tmp_path / "multirun").glob("*/*")
+    assert len(list(sweep.glob("*/summary.json"))) == 2
+    assert "2 jobs: 2 completed" in (sweep / "summary.md").read_text()
+
+
+def test_optuna_search_survives_diverging_trials(tmp_path):
+    sweep = tmp_path / "O"
+    proc = run_cli(
+        "hparams_search=lr_optuna",
+        "hydra.sweeper.n_trials=2",
+        "optimizer.lr=interval(100000,1000000)",
+        "trainer.max_steps=10",
+        "logger=csv",
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "2 jobs: 2 diverged" in (sweep / "summary.md").read_text()
+    assert "best_value: .inf" in (sweep / "optimization_results.yaml").read_text()

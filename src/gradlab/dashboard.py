@@ -57,8 +57,8 @@ SECTIONS: dict[str, list[Panel]] = {
         Panel("Training step time (incl. check and optimizer)", ("time/step_ms",), "ms"),
     ],
     "Memory": [
-        Panel("Peak memory of one gradient computation", ("mem/peak_mb",), "MB"),
-        Panel("Peak memory, last measurement", ("mem/peak_mb",), "MB", bars=True),
+        Panel("Peak memory of one gradient computation", ("mem/peak_mb",), "MiB"),
+        Panel("Peak memory, last measurement", ("mem/peak_mb",), "MiB", bars=True),
     ],
 }
 

@@ -152,10 +152,13 @@ def group_row(key: tuple, runs: list[Run]) -> dict[str, Any]:
         ] = None
 
     def per_run(metric: str, summary_key: str, agg=statistics.median) -> list[float | None]:
+        """summary.json's figure (over every step) where it has one, else metrics.csv's, which
+        holds only the logged steps (trainer.log_every_n_steps)."""
         out = []
         for r in runs:
+            value = _num(r.summary.get(summary_key))
             values = r.series(metric)[1]
-            out.append(agg(values) if values else _num(r.summary.get(summary_key)))
+            out.append(value if value is not None else (agg(values) if values else None))
         return out
 
     return {
@@ -168,7 +171,14 @@ def group_row(key: tuple, runs: list[Run]) -> dict[str, Any]:
         "grad_ms_p75": p75,
         "step_ms_median": _median(per_run("time/step_ms", "step_ms_median")),
         "peak_mem_mb": _median(per_run("mem/peak_mb", "peak_mem_mb", max)),
-        "rel_err_max": max(_finite(per_run("grad/rel_err", "grad_rel_err_max", max)), default=None),
+        "rel_err_max": max(  # inf (a NaN/inf gradient) is the worst error, not a missing one
+            (
+                x
+                for x in per_run("grad/rel_err", "grad_rel_err_max", max)
+                if x is not None and x == x
+            ),
+            default=None,
+        ),
         "rel_err_median": _median(x for r in runs for x in r.series("grad/rel_err")[1]),
         "grad_check": _verdict(checks),
         # Diverged runs end on NaN/inf: the median is over finite losses, NaN when there are none.

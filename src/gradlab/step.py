@@ -123,9 +123,11 @@ class StepRunner:
         loss, grads = self._checked(result)  # outside the timed region
 
         loss_value = float(loss)
-        total = loss_value + float(torch.stack([g.sum() for g in grads]).sum())
+        finite = math.isfinite(loss_value) and bool(
+            torch.cat([g.reshape(-1) for g in grads]).isfinite().all()
+        )
         metrics = {"train/loss": loss_value, "time/grad_ms": (t1 - t0) * 1e3}
-        if not math.isfinite(total):
+        if not finite:
             bad = [n for n, g in zip(self.names, grads) if not torch.isfinite(g).all()]
             self.status = "diverged"
             self.reason = f"non-finite {'loss' if not math.isfinite(loss_value) else 'gradient'}"
@@ -175,11 +177,13 @@ class StepRunner:
             if mode == "full":
                 out["grad/full_rel_err"] = r.rel_err
             if not r.passed and self.check_failed_at is None:
+                worst = r.worst_param
+                failed_alone = r.rel_err_per_param[worst] > r.tol  # else only the global error
                 self.check_failed_at = {
                     "step": step,
                     "mode": mode,
-                    "param": r.worst_param,
-                    "rel_err": r.rel_err_per_param[r.worst_param],
+                    "param": worst if failed_alone else "all (global)",
+                    "rel_err": r.rel_err_per_param[worst] if failed_alone else r.rel_err,
                     "tol": r.tol,
                 }
         return out

@@ -52,7 +52,11 @@ def precheck(argv: list[str], conf_dir: Path) -> None:
         a in ("--help", "-h", "--hydra-help", "--info", "-i") or a.startswith("--cfg") for a in argv
     ):
         return
-    multirun = any(a in ("-m", "--multirun") for a in argv)
+    multirun = any(
+        a in ("-m", "--multirun", "hydra.mode=MULTIRUN")
+        or (a.startswith("hparams_search=") and a != "hparams_search=null")  # presets set MULTIRUN
+        for a in argv
+    )
     overrides = [a for a in argv if not a.startswith("-")]
     try:
         check_group_choices(overrides, conf_dir)

@@ -29,7 +29,7 @@ class ModelConfig:
 class GradConfig:
     name: str = MISSING  # label used in run names and reports
     method: str = MISSING  # a built-in method or an import path "pkg.module.fn" to your own
-    compile: bool = False  # wrap the gradient step in torch.compile (autograd, manual)
+    compile: bool = False  # wrap the whole gradient method in torch.compile
 
 
 @dataclass
@@ -67,7 +67,8 @@ class CheckConfig:
 class WandbConfig:
     project: str = "gradlab"
     entity: str | None = None
-    mode: str = "auto"  # auto (online iff WANDB_API_KEY is set) | offline | online | disabled
+    # auto: WANDB_MODE if set, else online iff WANDB_API_KEY is set | offline | online | disabled
+    mode: str = "auto"
     group: str | None = None  # default: the sweep name in multirun, else none
     tags: list[str] = field(default_factory=list)
     init_timeout_s: float = 20.0  # give up on an unreachable server after this, then go offline

@@ -44,7 +44,7 @@ def print_summary(summary: dict[str, Any]) -> None:
             "grad ms / step ms (median)",
             f"{_fmt(summary.get('grad_ms_median'))} / {_fmt(summary.get('step_ms_median'))}",
         ),
-        ("peak memory MB", _fmt(summary.get("peak_mem_mb"))),
+        ("peak memory MiB", _fmt(summary.get("peak_mem_mb"))),
         ("output dir", summary.get("output_dir")),
     ]
     if summary.get("grad_check_first_fail"):

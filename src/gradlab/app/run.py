@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,25 @@ from omegaconf import DictConfig, OmegaConf
 
 from gradlab.app.config import ConfigError, validate
 from gradlab.runlog import MetricsCSV, RunStats, write_summary
+
+
+class _Terminated(Exception):
+    """SIGTERM outside Lightning's fit (which handles SIGTERM itself, at a batch boundary)."""
+
+
+_IN_FIT = False
+
+
+def _set_handler(signum, handler):
+    """signal.signal where allowed (the main thread); returns the previous handler or None."""
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signum, handler)
+
+
+def _raise_terminated(signum, frame):
+    if not _IN_FIT:  # during fit Lightning composes this handler with its own: let it stop
+        raise _Terminated
 
 
 class RunFailed(RuntimeError):
@@ -64,6 +85,7 @@ def train(cfg: DictConfig, output_dir: Path, multirun: bool = False, group: str 
 
     stats = RunStats()
     csv = wandb_logger = module = interrupt = None
+    previous_term = _set_handler(signal.SIGTERM, _raise_terminated)
     try:
         validate(cfg)
         job = _build(cfg, output_dir)
@@ -90,8 +112,13 @@ def train(cfg: DictConfig, output_dir: Path, multirun: bool = False, group: str 
                     wandb_logger.log_metrics(metrics, step=step)
 
         runner.sink = sink
+        global _IN_FIT
         with _signals_stop(module):
-            trainer.fit(module, train_dataloaders=batches, ckpt_path=cfg.ckpt_path)
+            _IN_FIT = True
+            try:
+                trainer.fit(module, train_dataloaders=batches, ckpt_path=cfg.ckpt_path)
+            finally:
+                _IN_FIT = False
         summary["status"] = "completed" if runner.status == "running" else runner.status
         summary["reason"] = runner.reason
     except (ConfigError, RunFailed) as e:
@@ -102,22 +129,30 @@ def train(cfg: DictConfig, output_dir: Path, multirun: bool = False, group: str 
             summary["checkpoint"] = str(interrupt.saved) if interrupt.saved else None
         else:
             summary.update(status="failed", reason=f"exit {e.code}")
+    except (KeyboardInterrupt, _Terminated) as e:  # a signal before or after training
+        name = "SIGTERM" if isinstance(e, _Terminated) else "SIGINT"
+        summary.update(status="interrupted", reason=f"{name} received before training")
     except torch.OutOfMemoryError as e:
         summary.update(status="failed", reason=f"out of memory: {str(e).splitlines()[0]}")
     except Exception as e:
         summary.update(status="failed", reason=f"{type(e).__name__}: {e}")
     finally:
+        _set_handler(signal.SIGTERM, previous_term)
         if csv is not None:
             csv.close()
         if module is not None:
             stats.check_failed_at = module.runner.check_failed_at
         summary.update(stats.summary())
-        from gradlab.app.loggers import finish_wandb
-
-        if wandb_logger is not None or "wandb" in sys.modules:
-            summary["wandb_dir"], summary["wandb_sync"] = finish_wandb(wandb_logger)
         summary["elapsed_s"] = round(time.perf_counter() - t_start, 3)
-        write_summary(output_dir / "summary.json", summary)
+        write_summary(output_dir / "summary.json", summary)  # first, whatever W&B does next
+        if wandb_logger is not None or "wandb" in sys.modules:
+            from gradlab.app.loggers import finish_wandb
+
+            try:
+                summary["wandb_dir"], summary["wandb_sync"] = finish_wandb(wandb_logger)
+            except Exception as e:  # W&B failing to close must not cost the summary
+                summary["reason"] = (summary["reason"] + f"; W&B finish failed: {e}").lstrip("; ")
+            write_summary(output_dir / "summary.json", summary)
     return summary
 
 
@@ -250,27 +285,22 @@ class _signals_stop:
         self.previous = None
 
     def _handler(self, signum, frame):
-        import signal
-
-        signal.signal(signal.SIGINT, self.previous or signal.default_int_handler)
+        _set_handler(signal.SIGINT, self.previous or signal.default_int_handler)
         self.module.request_stop()
 
     def __enter__(self):
-        import signal
-
-        self.previous = signal.signal(signal.SIGINT, self._handler)
+        self.previous = _set_handler(signal.SIGINT, self._handler)
         return self
 
     def __exit__(self, *exc):
-        import signal
-
-        signal.signal(signal.SIGINT, self.previous or signal.default_int_handler)
+        _set_handler(signal.SIGINT, self.previous or signal.default_int_handler)
         return False
 
 
-def optimized_value(summary: dict, key: str) -> float:
-    """The value a sweeper optimizes; NaN for a run that did not complete."""
+def optimized_value(summary: dict, key: str, direction: str = "minimize") -> float:
+    """The value a sweeper optimizes. A run that did not complete gets the worst value for the
+    direction (+inf when minimizing): Optuna 2.x refuses NaN, and a failed trial must not win."""
     value = summary.get(key)
     if summary.get("status") != "completed" or not isinstance(value, int | float):
-        return math.nan
+        return -math.inf if "max" in direction else math.inf
     return float(value)
