@@ -10,7 +10,6 @@ empty (a temporary TORCHINDUCTOR_CACHE_DIR), so the compile times are cold ones.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
@@ -23,21 +22,9 @@ from gradlab import bench
 from gradlab.grads import METHODS
 from gradlab.grads.compiled import compile_error, compiled
 from gradlab.models import MODELS, build_model
+from gradlab.notebook import write_results
 
 HERE = Path(__file__).resolve().parent
-
-
-def write_results(folder: Path, stem: str, result: dict, markdown: str) -> None:
-    """``stem``.json and ``stem``.md in ``folder``, and the README's section between
-    ``<!-- {section}:start -->`` and ``<!-- {section}:end -->`` (section: stem, '_' -> '-')."""
-    (folder / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (folder / f"{stem}.md").write_text(markdown + "\n")
-    readme, section = folder / "README.md", stem.replace("_", "-")
-    start, end = f"<!-- {section}:start -->", f"<!-- {section}:end -->"
-    head, found, rest = readme.read_text().partition(start)
-    if not found or end not in rest:
-        raise ValueError(f"{readme} has no {start} ... {end} section to rewrite")
-    readme.write_text(f"{head}{start}\n{markdown}\n{end}{rest.split(end, 1)[1]}")
 
 
 def sync(device: str) -> None:
@@ -56,7 +43,7 @@ def measure(models, methods, dtype_name, batch, device, min_run_time, repeats) -
     rows = []
     for model_name in models:
         model = build_model(model_name, dtype=bench.DTYPES[dtype_name], device=device)
-        x, y = (t.to(device) for t in bench._batch(model, bench.DTYPES[dtype_name], batch))
+        x, y = (t.to(device) for t in bench.make_batch(model, bench.DTYPES[dtype_name], batch))
         for method in methods:
             plain, step = METHODS[method], compiled(METHODS[method])
             t0 = time.perf_counter()

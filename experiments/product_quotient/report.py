@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 from gradlab import rules
+from gradlab.notebook import rewrite_section
 
 HERE = Path(__file__).resolve().parent
 MB = 1e6  # decimal megabytes; one 1000x1000 float32 tensor is 4.0 MB (3.81 MiB)
@@ -23,7 +24,6 @@ PUBLISHED = {
     "quotient_optimized": (1.2, 1.7, 12.3),
 }
 F32_TOL = 1e-6  # float32 gradients off the exact one by more than this count as wrong
-START, END = "<!-- results:start -->", "<!-- results:end -->"
 RATIO_KEYS = ("forward_ms", "backward_ms", "peak_MB", "saved_MB", "held_if_inputs_dropped_MB")
 
 
@@ -192,26 +192,6 @@ def plot(res: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def rewrite_readme(readme: Path, table: str) -> None:
-    text = readme.read_text()
-    if START not in text or END not in text:
-        raise SystemExit(f"{readme} lacks the {START} ... {END} markers")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    readme.write_text(f"{head}{START}\n{table}{END}{tail}")
-
-
-def json_safe(obj):
-    """JSON has no NaN or inf: write those floats as the strings "nan", "inf", "-inf"."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)
-    if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    return obj
-
-
 def from_json_safe(obj):
     """Inverse of json_safe, for re-reading a results.json."""
     if obj in ("nan", "inf", "-inf"):
@@ -231,5 +211,5 @@ def report(res: dict, out: Path, readme: Path | None) -> None:
     plot(res, out / "product_quotient.png")
     readme = readme or (HERE / "README.md" if out.resolve() == HERE else None)
     if readme is not None:
-        rewrite_readme(readme, table)
+        rewrite_section(readme, table)
     print(table)

@@ -27,7 +27,8 @@ from torch.utils import benchmark
 
 from gradlab import memory, rules
 from gradlab.check import check_function
-from report import MB, PUBLISHED, from_json_safe, json_safe, ratios, report
+from gradlab.runlog import json_safe
+from report import MB, PUBLISHED, from_json_safe, ratios, report
 
 HERE = Path(__file__).resolve().parent
 CHECK_SHAPE, CHECK_SEEDS = (8,), (0, 1, 2)

@@ -8,24 +8,16 @@ repeats. Writes results.json, results.md and the README's marked results section
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from pathlib import Path
 
 import torch
 
 from gradlab import bench
 from gradlab.models import MODELS
+from gradlab.notebook import write_results
 
 HERE = Path(__file__).resolve().parent
 METHODS = ("tape", "autograd", "manual", "function")
-
-
-def _write_results():
-    """experiments/compile/run.py's writer (results.json, results.md, README section), shared."""
-    spec = importlib.util.spec_from_file_location("compile_run", HERE.parent / "compile/run.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.write_results
 
 
 def measure(models, methods, dtypes, batch, repeats, quick) -> list[dict]:
@@ -87,7 +79,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"env": bench.environment(), "repeats": args.repeats, "rows": rows}
     markdown = to_markdown(result)
     print(markdown)
-    _write_results()(args.out_dir, "results", result, markdown)
+    write_results(args.out_dir, "results", result, markdown)
     return result
 
 

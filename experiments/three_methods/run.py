@@ -22,7 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 METHODS = ("autograd", "manual", "function", "numerical")
-# Article 004's published table (see ../../../shared/SEEDS.md): ms per iteration, MB, precision.
+# Article 004's published table (the project's seed digest, SEEDS.md): ms/iteration, MB, precision.
 PUBLISHED = {
     "autograd": ("1.2", "8.3", "1e-16"),
     "manual": ("2.8", "7.9", "1e-16"),
@@ -49,7 +49,7 @@ def run_sweep(sweep: Path, steps: int, device: str) -> None:
     subprocess.run(args, cwd=sweep.parent, env=env, check=True, capture_output=True, text=True)
 
 
-def table(rows: list[dict], device: str) -> str:
+def table(rows: list[dict]) -> str:
     lines = [
         "| dtype | method | grad ms (median) | published ms/iter | step ms incl. checks "
         "| peak MB per gradient | published MB | rel err vs FD (median / max) "
@@ -74,6 +74,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
     from gradlab.bench import environment
+    from gradlab.notebook import rewrite_section
     from gradlab.report import write_report
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -94,19 +95,14 @@ def main() -> None:
     rows.sort(key=lambda r: (r["dtype"], METHODS.index(r["grad"])))
     env = {**environment(), "device": args.device, "steps": args.steps}
     (args.out / "results.json").write_text(json.dumps({"env": env, "rows": rows}, indent=2) + "\n")
-    md = table(rows, args.device)
+    md = table(rows)
     machine = (
         f"Machine: {env['cpu']} ({env['cores']} cores), torch {env['torch']}, {env['date']}; "
         f"device {args.device}; {args.steps} steps, batch 100."
     )
     (args.out / "results.md").write_text(md + "\n\n" + machine + "\n")
-    readme = HERE / "README.md"
-    if args.out == HERE and readme.exists():
-        text = readme.read_text()
-        block = f"<!-- results:start -->\n{md}\n\n{machine}\n<!-- results:end -->"
-        readme.write_text(
-            re.sub(r"<!-- results:start -->.*<!-- results:end -->", block, text, flags=re.S)
-        )
+    if args.out == HERE:
+        rewrite_section(HERE / "README.md", f"{md}\n\n{machine}")
     print(md)
     print(machine)
 

@@ -106,7 +106,7 @@ def environment() -> dict[str, object]:
     }
 
 
-def _batch(model: MLP, dtype: torch.dtype, batch: int) -> tuple[Tensor, Tensor]:
+def make_batch(model: MLP, dtype: torch.dtype, batch: int) -> tuple[Tensor, Tensor]:
     """A fixed random batch (seed 0), drawn in float64 so every dtype sees the same numbers."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(batch, model.sizes[0], generator=gen, dtype=torch.float64)
@@ -132,12 +132,12 @@ def run(
     for model_name in models:
         for dtype_name in dtypes:
             model = build_model(model_name, dtype=DTYPES[dtype_name])
-            x, y = _batch(model, DTYPES[dtype_name], batch)
+            x, y = make_batch(model, DTYPES[dtype_name], batch)
             for method in methods:
                 if method not in CHECKS:
                     cases[model_name, method, dtype_name] = _call(method, model, x, y)
         model = build_model(model_name, dtype=torch.float64)
-        x, y = _batch(model, torch.float64, batch)
+        x, y = make_batch(model, torch.float64, batch)
         for method in methods:
             if method in CHECKS:
                 cases[model_name, method, "float64"] = _call(method, model, x, y)

@@ -117,7 +117,7 @@ def check_gradient(
         values, flags, n_kinks = [], [], 0
         for layer, (a, b) in enumerate(point.spans):  # a layer's coordinates share its forward
             h_l = h_vec[a:b]
-            diffs, excluded, n = _with_kink_recheck(
+            diffs, excluded, n = with_kink_recheck(
                 lambda rows, f, l=layer, h=h_l: fd.coordinate_differences(
                     point, l, h * f, torch.arange(h.numel()) if rows is None else rows, max_bytes
                 )
@@ -135,7 +135,7 @@ def check_gradient(
         )
         return _metrics("full", g, torch.cat(values), excluded, names, seg, n_kinks, tol)
     s = _unit_directions(sizes, k, generator).to(g.device) * h_vec  # step rows (T * k, n)
-    diffs, excluded, n_kinks = _with_kink_recheck(
+    diffs, excluded, n_kinks = with_kink_recheck(
         lambda rows, f: fd.direction_differences(
             point, s if rows is None else s[rows] * f, max_bytes
         )
@@ -233,7 +233,7 @@ def check_function(
     return _directional_metrics(s, sizes, g, diffs, None, names, 0, tol, error)
 
 
-def _with_kink_recheck(differences) -> tuple[Tensor, Tensor | None, int]:
+def with_kink_recheck(differences) -> tuple[Tensor, Tensor | None, int]:
     """differences(rows, f) -> (fd, kinked) of the step rows `rows` (None: all) scaled by f.
     All rows at f = 1, then the kinked ones again with a step ten times smaller: those still
     kinked are to be excluded. Returns fd in the units of the full step, the exclusion mask

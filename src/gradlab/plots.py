@@ -9,7 +9,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from gradlab.report import Report, Run, _order
+from gradlab.report import Report, Run, order_key
 
 MARKERS = "osD^vPX*"
 LINESTYLES = ("-", "--", ":", "-.")
@@ -39,7 +39,7 @@ class Plotter:
 
     def __init__(self, report: Report):
         self.r = report
-        grads = sorted({k[1] for k in report.groups}, key=lambda g: _order(("", g)))
+        grads = sorted({k[1] for k in report.groups}, key=lambda g: order_key(("", g)))
         self.color = {g: f"C{i % 10}" for i, g in enumerate(grads)}
         self.marker = {g: MARKERS[i % len(MARKERS)] for i, g in enumerate(grads)}
         variants = list(dict.fromkeys(tuple(report.variant(k)) for k in report.groups))

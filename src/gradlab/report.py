@@ -106,7 +106,7 @@ def _key(run: Run) -> tuple:
     return tuple(run.summary.get(k) for k in KEY)
 
 
-def _order(key: tuple) -> tuple:
+def order_key(key: tuple) -> tuple:
     grad = key[1]
     rank = GRAD_ORDER.index(grad) if grad in GRAD_ORDER else len(GRAD_ORDER)
     return (str(key[0]), rank, str(grad), *[str(k) for k in key[2:]])
@@ -116,7 +116,7 @@ def group_runs(runs: list[Run]) -> dict[tuple, list[Run]]:
     groups: dict[tuple, list[Run]] = {}
     for run in runs:
         groups.setdefault(_key(run), []).append(run)
-    return {k: groups[k] for k in sorted(groups, key=_order)}
+    return {k: groups[k] for k in sorted(groups, key=order_key)}
 
 
 def _tally(values: list[str]) -> str:

@@ -10,8 +10,6 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-STATUSES = ("running", "completed", "diverged", "failed", "interrupted")
-
 
 class MetricsCSV:
     """Append-only CSV with a fixed header; missing values are left empty."""
@@ -95,14 +93,14 @@ class RunStats:
         }
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON has no NaN/Infinity: write them as strings so the file stays valid JSON."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 
@@ -110,7 +108,7 @@ def write_summary(path: str | Path, summary: dict[str, Any]) -> None:
     """Write summary.json atomically (a crash mid-write never leaves half a file)."""
     path = Path(path)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(_clean(summary), indent=2, sort_keys=False) + "\n")
+    tmp.write_text(json.dumps(json_safe(summary), indent=2, sort_keys=False) + "\n")
     tmp.replace(path)
 
 

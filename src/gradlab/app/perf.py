@@ -60,12 +60,12 @@ def _compose(overrides: list[str]):
 
 def _fit_seconds(overrides: list[str], steps: int, plain: bool, device: str) -> float:
     """Wall time of `steps` training steps, by Lightning's loop or by a plain loop."""
-    from gradlab.app.run import _build
+    from gradlab.app.run import build_job
     from gradlab.runlog import MetricsCSV
 
     cfg = _compose([*overrides, f"trainer.max_steps={steps}", f"device={device}"])
     with tempfile.TemporaryDirectory() as tmp:
-        job = _build(cfg, Path(tmp))
+        job = build_job(cfg, Path(tmp))
         module, trainer, batches = job["module"], job["trainer"], job["batches"]
         runner = module.runner
         csv = MetricsCSV(Path(tmp) / "metrics.csv", runner.metric_columns())

@@ -88,7 +88,7 @@ def train(cfg: DictConfig, output_dir: Path, multirun: bool = False, group: str 
     previous_term = _set_handler(signal.SIGTERM, _raise_terminated)
     try:
         validate(cfg)
-        job = _build(cfg, output_dir)
+        job = build_job(cfg, output_dir)
         summary["device"] = str(job["device"])
         module, trainer, batches, interrupt = (
             job["module"],
@@ -167,7 +167,7 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
 
 
-def _build(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+def build_job(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     import lightning as L
 
     from gradlab.data import StepBatches, make_dataset

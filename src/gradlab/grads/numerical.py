@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from gradlab import fd
-from gradlab.check import _with_kink_recheck
+from gradlab.check import with_kink_recheck
 from gradlab.models import MLP, mse_loss
 
 
@@ -24,7 +24,7 @@ def numerical(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tenso
     point = fd.evaluation_point(model, x, y, dtype=model.layer1.weight.dtype)
     h = fd.default_steps(point.theta)
     diffs = [
-        _with_kink_recheck(
+        with_kink_recheck(
             lambda rows, f, k=k, h=h[a:b]: fd.coordinate_differences(
                 point, k, h * f, torch.arange(h.numel()) if rows is None else rows
             )
