@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from gradlab import fd
+from gradlab import fd, rules
 from gradlab.check import DEFAULT_TOL, check_function, check_gradient
 from gradlab.grads import METHODS
 from gradlab.models import MLP, mse_loss, three_layer_relu, two_layer_sigmoid
@@ -206,26 +206,14 @@ def test_batched_differences_equal_plain_forwards(model_name, make_batch):
         assert value == pytest.approx(plain(step), rel=1e-9, abs=1e-15)
 
 
-class _Product(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.save_for_backward(x, y)
-        return x * y
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, y = ctx.saved_tensors
-        return grad * y, grad * x
-
-
-class _ProductLog(_Product):
+class _ProductLog(rules.ProductBasic):  # only grad_x wrong, as the article's factor
     @staticmethod
     def backward(ctx, grad):
         x, y = ctx.saved_tensors
         return grad * y * (1 + torch.log(x.abs() + 1e-8)), grad * x
 
 
-class _ProductRaises(_Product):
+class _ProductRaises(rules.ProductBasic):
     @staticmethod
     def backward(ctx, grad):
         raise RuntimeError("saved nothing")
@@ -235,7 +223,7 @@ class _ProductRaises(_Product):
 def test_check_function(mode):
     gen = torch.Generator().manual_seed(0)
     x, y = torch.randn(3, 4, generator=gen), torch.randn(4, generator=gen)  # y broadcasts
-    ok = check_function(_Product.apply, [x, y], mode=mode)
+    ok = check_function(rules.product_basic, [x, y], mode=mode)
     assert ok.passed and ok.rel_err < 1e-8 and list(ok.rel_err_per_param) == ["input0", "input1"]
     wrong = check_function(_ProductLog.apply, [x, y], mode=mode)
     assert not wrong.passed and wrong.failing_params == ["input0"]

@@ -24,8 +24,7 @@ def test_two_by_two_sweep_writes_summary(tmp_path, launcher):
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
-    with (sweep / "summary.csv").open() as f:
-        rows = list(csv.DictReader(f))
+    rows = _rows(sweep)
     assert len(rows) == 4
     assert {(r["model"], r["grad"]) for r in rows} == {
         (m, g) for m in ("two_layer_sigmoid", "three_layer_relu") for g in ("autograd", "manual")
@@ -78,8 +77,7 @@ def test_failed_job_shows_as_failed_and_others_are_summarized(tmp_path):
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
-    with (sweep / "summary.csv").open() as f:
-        rows = list(csv.DictReader(f))
+    rows = _rows(sweep)
     assert [r["status"] for r in rows] == ["completed", "failed"]
     assert "no_such" in rows[1]["reason"]
 
@@ -116,3 +114,8 @@ def test_optuna_search_survives_diverging_trials(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "2 jobs: 2 diverged" in (sweep / "summary.md").read_text()
     assert "best_value: .inf" in (sweep / "optimization_results.yaml").read_text()
+
+
+def _rows(sweep):
+    with (sweep / "summary.csv").open() as f:
+        return list(csv.DictReader(f))
