@@ -15,7 +15,6 @@ import argparse
 import datetime
 import json
 import math
-import os
 import platform
 import statistics
 import sys
@@ -25,7 +24,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from torch.utils import benchmark
 
-from gradlab import memory, rules
+from gradlab import bench, memory, rules
 from gradlab.check import check_function
 from gradlab.runlog import json_safe
 from report import MB, PUBLISHED, from_json_safe, ratios, report
@@ -176,16 +175,6 @@ def measure(device: torch.device, size: int, min_run_time: float, rounds: int) -
     return rows
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -227,7 +216,9 @@ def main(argv: list[str] | None = None) -> None:
         "the CPU profiler's allocation events, profile_memory=True, give the same figure: "
         "peak_MB_profiler in results.json)"
     )
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    env = bench.environment()
+    cpu = f"{env['cpu']}, {env['cores']} cores"
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu
     meta = {
         "date": datetime.date.today().isoformat(),
         "device": str(device),

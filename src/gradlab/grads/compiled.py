@@ -21,14 +21,13 @@ inductor traceback. ``compile_error()`` probes, once per process, whether torch.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 
 import torch
 from torch import Tensor
 
+from gradlab.grads import GradMethod
 from gradlab.models import MLP
-
-GradFn = Callable[[MLP, Tensor, Tensor], "tuple[Tensor, dict[str, Tensor]]"]
 
 
 class CompileError(RuntimeError):
@@ -43,7 +42,7 @@ def cache_key(model: MLP, x: Tensor, y: Tensor) -> Hashable:
     return type(model), tuple(model.sizes), model.activation, dtype, data
 
 
-def compiled(method_fn: GradFn, **compile_kwargs) -> GradFn:
+def compiled(method_fn: GradMethod, **compile_kwargs) -> GradMethod:
     """``method_fn`` under torch.compile (``compile_kwargs`` go to torch.compile), same signature.
 
     The returned step keeps its compiled callables in ``step.cache`` (key: ``cache_key``), so
@@ -51,7 +50,7 @@ def compiled(method_fn: GradFn, **compile_kwargs) -> GradFn:
     """
     compile_kwargs.setdefault("dynamic", False)  # one specialization per key, as cached here
     name = getattr(method_fn, "__name__", type(method_fn).__name__)
-    cache: dict[Hashable, GradFn] = {}
+    cache: dict[Hashable, GradMethod] = {}
 
     def step(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         key = cache_key(model, x, y)
