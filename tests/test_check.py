@@ -12,11 +12,10 @@ import torch
 from gradlab import fd, rules
 from gradlab.check import DEFAULT_TOL, check_function, check_gradient
 from gradlab.grads import METHODS
-from gradlab.models import MLP, mse_loss, three_layer_relu, two_layer_sigmoid
+from gradlab.models import MLP, MODELS, mse_loss, three_layer_relu
 
 F64 = torch.float64
 MODES = ["full", "directional"]
-MODELS = {"two_layer_sigmoid": two_layer_sigmoid, "three_layer_relu": three_layer_relu}
 # the bar for a correct float64 gradient: measured errors are ~1e-10..1e-9
 MAX_REL_ERR = {"two_layer_sigmoid": 1e-7, "three_layer_relu": 1e-6}
 

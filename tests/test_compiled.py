@@ -9,10 +9,9 @@ from torch.testing import assert_close
 
 from gradlab.grads import autograd, manual
 from gradlab.grads.compiled import CompileError, compile_error, compiled
-from gradlab.models import three_layer_relu, two_layer_sigmoid
+from gradlab.models import MODELS, two_layer_sigmoid
 
 F64 = torch.float64
-MODELS = {"two_layer_sigmoid": two_layer_sigmoid, "three_layer_relu": three_layer_relu}
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, CUDA])]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gradlab.runlog import read_metrics, read_summary
-from gradlab.sweep import job_row, markdown_table
+from gradlab.sweep import cell, job_row, markdown_table
 
 # Runs that agree on all of these are repeats (seeds) of one configuration and are aggregated.
 KEY = ("model", "grad", "method", "optimizer", "lr", "dtype", "device", "data")
@@ -189,12 +189,6 @@ def group_row(key: tuple, runs: list[Run]) -> dict[str, Any]:
     }
 
 
-def _fmt(x: Any) -> str:
-    if isinstance(x, float):
-        return f"{x:.4g}" if math.isfinite(x) or math.isnan(x) else str(x)
-    return "" if x is None else str(x)
-
-
 @dataclass
 class Report:
     """The grouped runs and how to present them (which config keys vary, the memory unit)."""
@@ -227,7 +221,7 @@ class Report:
 
     def variant(self, key: tuple) -> list[str]:
         return [
-            f"{k} {_fmt(v)}" if k == "lr" else _fmt(v)
+            f"{k} {cell(v)}" if k == "lr" else cell(v)
             for k, v in zip(KEY, key)
             if k in self.varying
         ]
@@ -246,14 +240,14 @@ class Report:
         cols += ["loss final"]
         out = []
         for r in self.rows:
-            grad_ms = _fmt(r["grad_ms_median"])
+            grad_ms = cell(r["grad_ms_median"])
             if r["grad_ms_p25"] is not None:
-                grad_ms += f" ({_fmt(r['grad_ms_p25'])}–{_fmt(r['grad_ms_p75'])})"
+                grad_ms += f" ({cell(r['grad_ms_p25'])}–{cell(r['grad_ms_p75'])})"
             mem = r["peak_mem_mb"] and r["peak_mem_mb"] * factor
             cells = [r["model"], r["grad"], *(r[k] for k in self.varying), r["n"], r["status"]]
             cells += [r["steps"], grad_ms, r["step_ms_median"], mem, r["rel_err_max"]]
             cells += [r["rel_err_median"], r["grad_check"], r["loss_final"]]
-            out.append(dict(zip(cols, map(_fmt, cells))))
+            out.append(dict(zip(cols, map(cell, cells))))
         return cols, out
 
     def intro(self, sources: list[str]) -> list[str]:
@@ -264,7 +258,7 @@ class Report:
             f"from {', '.join(sources)}."
         ]
         if self.common:
-            same = ", ".join(f"{k} {_fmt(v)}" for k, v in self.common.items())
+            same = ", ".join(f"{k} {cell(v)}" for k, v in self.common.items())
             lines.append(f"The same for every run: {same}.")
         return lines
 

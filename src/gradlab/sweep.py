@@ -63,7 +63,8 @@ def job_row(job_dir: Path) -> dict[str, Any]:
     return {"job": job_dir.name, **{k: summary.get(k) for k in COLUMNS if k != "job"}}
 
 
-def _cell(value: Any) -> str:
+def cell(value: Any) -> str:
+    """A table cell: floats to 4 significant digits, None empty, no stray column bars."""
     if isinstance(value, float):
         return f"{value:.4g}"
     return "" if value is None else str(value).replace("|", "/")
@@ -71,7 +72,7 @@ def _cell(value: Any) -> str:
 
 def markdown_table(rows: list[dict[str, Any]], columns: list[str] = COLUMNS) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_cell(r.get(c)) for c in columns) + " |" for r in rows]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
 
 
