@@ -55,9 +55,12 @@ class DataConfig:
 
 @dataclass
 class CheckConfig:
-    directional_every: int = 1  # directional FD check every N steps (0 = never)
+    directional_every: int = 10  # directional FD check every N steps (0 = never)
     full_every: int = 100  # full FD check every N steps (0 = never)
-    k: int = 4  # random directions per parameter tensor, >= 1
+    k: int = 4  # random directions per directional check (per tensor with per_tensor), >= 1
+    # directional: k directions per parameter tensor on every check (T times the work, errors per
+    # tensor each time) instead of k global ones that escalate to per-tensor only on a failure
+    per_tensor: bool = False
     h: float | None = None  # relative step; None = cbrt(float64 eps)
     tol: float | None = None  # pass threshold; None = by gradient dtype (see gradlab.check)
     fail_fast: bool = False  # stop the run at the first failing check
