@@ -25,7 +25,11 @@ class MetricsCSV:
             self._file.flush()
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
-        self._writer.writerow({"step": step, **metrics})
+        self.write_rows([(step, metrics)])
+
+    def write_rows(self, rows: list[tuple[int, dict[str, float]]]) -> None:
+        """Append (step, metrics) rows, then flush once."""
+        self._writer.writerows({"step": step, **metrics} for step, metrics in rows)
         self._file.flush()
 
     def close(self) -> None:

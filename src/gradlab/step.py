@@ -61,7 +61,8 @@ class StepRunner:
         self.check = check
         self.sink = sink
         self.mem_every = mem_every
-        self.names = [n for n, _ in model.named_parameters()]
+        # the Parameter objects outlive model.to(device), so one list serves every step
+        self.names, self.params = map(list, zip(*model.named_parameters()))
         self.status = "running"
         self.reason = ""
         self.check_failed_at: dict | None = None
@@ -73,7 +74,7 @@ class StepRunner:
         self.gen = torch.Generator().manual_seed(self.seed * 7 + step)
 
     def _sync(self) -> None:
-        device = self.model.layer1.weight.device
+        device = self.params[0].device
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
@@ -92,7 +93,7 @@ class StepRunner:
                 "expected a dict {parameter name: gradient}"
             )
         out = []
-        for name, p in self.model.named_parameters():
+        for name, p in zip(self.names, self.params):
             g = grads.get(name)
             problem = None
             if g is None:
@@ -138,7 +139,7 @@ class StepRunner:
             return metrics
 
         metrics.update(self._run_checks(step, x, y, grads))
-        for p, g in zip(self.model.parameters(), grads):
+        for p, g in zip(self.params, grads):
             p.grad = g
         optimizer_step()
         self._sync()
@@ -146,7 +147,7 @@ class StepRunner:
 
         if self.mem_every and step % self.mem_every == 0:
             _, nbytes = peak_bytes(
-                lambda: self.grad_fn(self.model, x, y), self.model.layer1.weight.device
+                lambda: self.grad_fn(self.model, x, y), self.params[0].device
             )
             metrics["mem/peak_mb"] = nbytes / 2**20
         self.sink(step, metrics)

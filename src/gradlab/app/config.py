@@ -95,6 +95,8 @@ class LoggerConfig:
 class TrainerConfig:
     max_steps: int = 500  # optimizer steps, >= 1
     log_every_n_steps: int = 1  # write metrics every N steps, >= 1
+    # hand the logged rows to metrics.csv and W&B every N steps (and at the end), >= 1
+    flush_every_n_steps: int = 10
     mem_every: int = 100  # measure peak memory every N steps (0 = never)
     progress: str = "auto"  # auto (a rich bar on a terminal, quiet under CI) | on | off
 
@@ -174,6 +176,7 @@ def validate(cfg) -> None:
         _allowed("logger.wandb.mode", cfg.logger.wandb.mode, WANDB_MODES)
     _at_least("trainer.max_steps", cfg.trainer.max_steps, 1)
     _at_least("trainer.log_every_n_steps", cfg.trainer.log_every_n_steps, 1)
+    _at_least("trainer.flush_every_n_steps", cfg.trainer.flush_every_n_steps, 1)
     _at_least("trainer.mem_every", cfg.trainer.mem_every, 0)
     _allowed("trainer.progress", cfg.trainer.progress, ("auto", "on", "off"))
     _allowed("dtype", cfg.dtype, DTYPES)

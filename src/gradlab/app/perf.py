@@ -8,8 +8,9 @@ Every figure comes from one run of `measure()` on one machine:
 - sweep12_basic_s / sweep12_joblib_s: the 12-job sweep of issue 4, 200 steps each;
 - grad_ms_logged_vs_standalone: median logged time/grad_ms of the default run divided by the
   standalone benchmark (gradlab.bench) of the same method, model, dtype and thread count;
-- check_overhead_ratio: per-step cost of the default checks (directional every step, full every
-  100 steps, amortized) divided by the gradient computation itself.
+- check_overhead_ratio: per-step cost of the default checks (conf/check/default.yaml's cadence,
+  amortized: directional every 10 steps, full every 100) divided by the gradient computation
+  itself, all three timed standalone on the default run's model, data and dtype.
 """
 
 from __future__ import annotations
@@ -111,8 +112,9 @@ def _logged_grad_ms(run_dir: Path) -> float:
     return statistics.median(r["time/grad_ms"] for r in read_metrics(run_dir / "metrics.csv")[1:])
 
 
-def _standalone(device: str) -> dict[str, float]:
-    """Standalone medians (us) of the default run's gradient and checks, same threads."""
+def _standalone(device: str, check) -> dict[str, float]:
+    """Standalone medians (us) of the default run's gradient and checks (settings `check`),
+    same threads."""
     from gradlab.bench import median_us
     from gradlab.check import check_gradient
     from gradlab.data import make_dataset
@@ -128,7 +130,17 @@ def _standalone(device: str) -> dict[str, float]:
     return {
         "grad": median_us(lambda: manual(model, x, y), 1.0),
         "directional": median_us(
-            lambda: check_gradient(model, x, y, grads, mode="directional", generator=gen), 1.0
+            lambda: check_gradient(
+                model,
+                x,
+                y,
+                grads,
+                mode="directional",
+                k=check.k,
+                generator=gen,
+                per_tensor=check.per_tensor,
+            ),
+            1.0,
         ),
         "full": median_us(lambda: check_gradient(model, x, y, grads, mode="full"), 1.0),
     }
@@ -160,9 +172,17 @@ def measure(device: str = "cpu", sweeps: bool = True) -> dict:
     overrides = ["logger=csv"]
     result["lightning_step_us"] = marginal_step_us(overrides, plain=False, device=device)
     result["plain_step_us"] = marginal_step_us(overrides, plain=True, device=device)
-    alone = _standalone(device)
+    cadence = _compose([]).check
+    alone = _standalone(device, cadence)
     result["grad_ms_logged_vs_standalone"] = logged_ms * 1e3 / alone["grad"]
-    per_step_check = alone["directional"] + alone["full"] / 100
+    per_step_check = sum(
+        alone[mode] / every
+        for mode, every in (
+            ("directional", cadence.directional_every),
+            ("full", cadence.full_every),
+        )
+        if every
+    )
     result["check_overhead_ratio"] = per_step_check / alone["grad"]
     result["env"] = {
         **bench.environment(),
@@ -174,6 +194,10 @@ def measure(device: str = "cpu", sweeps: bool = True) -> dict:
         "standalone_grad_us": alone["grad"],
         "standalone_check_directional_us": alone["directional"],
         "standalone_check_full_us": alone["full"],
+        "check_cadence": {
+            "directional_every": cadence.directional_every,
+            "full_every": cadence.full_every,
+        },
     }
     return result
 

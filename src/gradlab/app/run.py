@@ -85,6 +85,17 @@ def train(cfg: DictConfig, output_dir: Path, multirun: bool = False, group: str 
 
     stats = RunStats()
     csv = wandb_logger = module = interrupt = None
+    pending: list[tuple[int, dict[str, float]]] = []  # logged rows not yet handed to loggers
+
+    def hand_over() -> None:
+        rows = pending[:]
+        pending.clear()
+        if csv is not None:
+            csv.write_rows(rows)
+        if wandb_logger is not None:
+            for step, metrics in rows:
+                wandb_logger.log_metrics(metrics, step=step)
+
     previous_term = _set_handler(signal.SIGTERM, _raise_terminated)
     try:
         validate(cfg)
@@ -101,15 +112,18 @@ def train(cfg: DictConfig, output_dir: Path, multirun: bool = False, group: str 
         wandb_logger = _wandb(cfg, output_dir, group)
         if wandb_logger is not None:
             trainer.loggers = [wandb_logger]
-        every = cfg.trainer.log_every_n_steps
+        every, flush_every = cfg.trainer.log_every_n_steps, cfg.trainer.flush_every_n_steps
         last = cfg.trainer.max_steps - 1
 
         def sink(step: int, metrics: dict[str, float]) -> None:
             stats.update(step, metrics)
-            if step % every == 0 or step == last or runner.status != "running":
-                csv.write(step, metrics)
-                if wandb_logger is not None:
-                    wandb_logger.log_metrics(metrics, step=step)
+            ending = step == last or runner.status != "running"
+            if step % every == 0 or ending:
+                pending.append((step, metrics))
+            # rows go out together, on the steps that run the checks anyway (step % 10 == 0
+            # by default), so the gradient timed in the other steps is not slowed by logging
+            if step % flush_every == 0 or ending:
+                hand_over()
 
         runner.sink = sink
         global _IN_FIT
@@ -138,6 +152,10 @@ def train(cfg: DictConfig, output_dir: Path, multirun: bool = False, group: str 
         summary.update(status="failed", reason=f"{type(e).__name__}: {e}")
     finally:
         _set_handler(signal.SIGTERM, previous_term)
+        try:
+            hand_over()  # rows of a run that stopped between two hand-overs
+        except Exception as e:  # a logger failing now must not cost the summary
+            summary["reason"] = (summary.get("reason", "") + f"; logging failed: {e}").lstrip("; ")
         if csv is not None:
             csv.close()
         if module is not None:
