@@ -45,3 +45,16 @@ def sign_flip_bias(model, x, y):
 
 def out_of_memory(model, x, y):
     raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB (simulated)")
+
+
+calls = 0
+
+
+def raises_at_step_13(model, x, y):
+    """Autograd for 13 calls (steps 0..12 when trainer.mem_every=0), then raises. Reset `calls`
+    before a run."""
+    global calls
+    calls += 1
+    if calls > 13:
+        raise RuntimeError("boom at step 13")
+    return autograd(model, x, y)

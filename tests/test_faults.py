@@ -60,6 +60,20 @@ def test_out_of_memory_is_a_failed_run(tmp_path, monkeypatch):
     assert summary(tmp_path)["status"] == "failed"
 
 
+def test_rows_logged_before_a_failure_are_all_written(tmp_path, monkeypatch):
+    # rows reach metrics.csv every 10 steps: those of steps 11 and 12 are written on the way out
+    monkeypatch.syspath_prepend(str(TESTS))
+    import faultmethods
+
+    monkeypatch.setattr(faultmethods, "calls", 0)
+    cfg = compose_cfg(
+        "logger=csv", "grad.method=faultmethods.raises_at_step_13", "trainer.mem_every=0"
+    )
+    result = train(cfg, tmp_path)
+    assert result["status"] == "failed" and "boom at step 13" in result["reason"]
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.csv")] == list(range(13))
+
+
 def test_divergence_stops_at_first_nonfinite_step(tmp_path):
     proc = run_cli(
         "optimizer.lr=1e6",
