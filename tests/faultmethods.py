@@ -3,6 +3,9 @@ and scripts/faults.sh. Each wraps gradlab's autograd and breaks one thing."""
 
 from __future__ import annotations
 
+import os
+import signal
+
 import torch
 
 from gradlab.grads import autograd
@@ -57,4 +60,14 @@ def raises_at_step_13(model, x, y):
     calls += 1
     if calls > 13:
         raise RuntimeError("boom at step 13")
+    return autograd(model, x, y)
+
+
+def sigint_at_step_13(model, x, y):
+    """Autograd that sends its own process SIGINT (Ctrl-C) in its 14th call (step 13 when
+    trainer.mem_every=0): the run stops at the next step, inside a group of trainer.inner_steps."""
+    global calls
+    calls += 1
+    if calls == 14:
+        os.kill(os.getpid(), signal.SIGINT)
     return autograd(model, x, y)

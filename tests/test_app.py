@@ -43,6 +43,8 @@ def test_every_choice_of_other_groups_composes(group):
         ("dtype=float16", "dtype"),
         ("data.batch_size=0", "data.batch_size"),
         ("check.k=0", "check.k"),
+        ("trainer.inner_steps=0", "trainer.inner_steps"),
+        ("trainer.flush_every_n_steps=0", "trainer.flush_every_n_steps"),
     ],
 )
 def test_invalid_values_name_the_key(override, message):
@@ -128,6 +130,20 @@ def test_check_cadence(tmp_path, preset):
     else:
         assert checked == per_tensor == list(range(25))
     assert all(rows[step]["grad/rel_err"] < 1e-2 for step in checked)
+
+
+def test_steps_per_lightning_batch_do_not_change_the_run(tmp_path):
+    # trainer.inner_steps groups optimizer steps into one Lightning batch; 25 steps end inside
+    # a group of 7 (and of the default 10): the same rows, the same losses
+    curves = {}
+    for inner in (1, 7, 10):
+        result, rows = _train(
+            tmp_path / str(inner), f"trainer.inner_steps={inner}", "trainer.max_steps=25"
+        )
+        assert result["status"] == "completed" and result["steps"] == 25
+        assert [r["step"] for r in rows] == list(range(25))
+        curves[inner] = [r["train/loss"] for r in rows]
+    assert curves[1] == curves[7] == curves[10]
 
 
 def test_same_seed_same_curves_across_methods(tmp_path):

@@ -218,6 +218,40 @@ def test_sigint_saves_everything_and_resume_matches(tmp_path):
     assert torch.equal(got, expect)  # the same computation from the same state: bit for bit
 
 
+def test_interrupt_inside_a_step_group_resumes_exactly(tmp_path):
+    # Lightning runs trainer.inner_steps = 10 optimizer steps per batch: a stop at step 14 is
+    # inside the group 10..19; the checkpoint holds 14 steps and the resumed run goes on at 14
+    a, b = tmp_path / "A", tmp_path / "B"
+    common = ["logger=csv", "check=none", "trainer.mem_every=0"]
+    stopped = run_cli(
+        *common,
+        "grad.method=faultmethods.sigint_at_step_13",
+        f"hydra.run.dir={a}",
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(TESTS)},
+    )
+    assert stopped.returncode == 130, stopped.stderr
+    s = summary(a)
+    assert s["status"] == "interrupted" and s["steps"] == 14
+    assert [r["step"] for r in read_metrics(a / "metrics.csv")] == list(range(14))
+    resumed = run_cli(
+        *common, f"ckpt_path={s['checkpoint']}", "trainer.max_steps=30", f"hydra.run.dir={b}",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    ref = train(compose_cfg(*common, "trainer.max_steps=30"), tmp_path / "C")
+    assert ref["status"] == "completed"
+    tail = read_metrics(b / "metrics.csv")
+    assert [r["step"] for r in tail] == list(range(14, 30))
+    full = read_metrics(tmp_path / "C" / "metrics.csv")
+    torch.testing.assert_close(
+        torch.tensor([r["train/loss"] for r in tail], dtype=torch.float64),
+        torch.tensor([r["train/loss"] for r in full[14:]], dtype=torch.float64),
+        rtol=1e-6,
+        atol=0,
+    )
+
+
 def test_sigterm_preemption_finishes_wandb_and_checkpoints(tmp_path):
     a = tmp_path / "T"
     proc = _interrupt(a, signal.SIGTERM)

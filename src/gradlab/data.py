@@ -40,17 +40,20 @@ class Dataset:
 
 
 class StepBatches:
-    """An endless iterable of batches starting at `start_step` (set it when resuming)."""
+    """An endless iterable of step groups starting at `start_step` (set it when resuming): each
+    item holds (step, x, y) for `steps_per_group` consecutive steps."""
 
-    def __init__(self, data: Dataset, start_step: int = 0):
+    def __init__(self, data: Dataset, start_step: int = 0, steps_per_group: int = 1):
         self.data = data
         self.start_step = start_step
+        self.steps_per_group = steps_per_group
 
-    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
+    def __iter__(self) -> Iterator[list[tuple[int, Tensor, Tensor]]]:
         step = self.start_step
         while True:
-            yield self.data.batch(step)
-            step += 1
+            group = range(step, step + self.steps_per_group)
+            yield [(s, *self.data.batch(s)) for s in group]
+            step += self.steps_per_group
 
 
 def make_dataset(

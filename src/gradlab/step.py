@@ -146,9 +146,7 @@ class StepRunner:
         metrics["time/step_ms"] = (time.perf_counter() - t0) * 1e3
 
         if self.mem_every and step % self.mem_every == 0:
-            _, nbytes = peak_bytes(
-                lambda: self.grad_fn(self.model, x, y), self.params[0].device
-            )
+            _, nbytes = peak_bytes(lambda: self.grad_fn(self.model, x, y), self.params[0].device)
             metrics["mem/peak_mb"] = nbytes / 2**20
         self.sink(step, metrics)
         if self.check.fail_fast and self.check_failed_at:

@@ -94,6 +94,9 @@ class LoggerConfig:
 @dataclass
 class TrainerConfig:
     max_steps: int = 500  # optimizer steps, >= 1
+    # optimizer steps per Lightning training_step (Lightning's per-batch work is paid once per
+    # group; global_step still counts optimizer steps), >= 1
+    inner_steps: int = 10
     log_every_n_steps: int = 1  # write metrics every N steps, >= 1
     # hand the logged rows to metrics.csv and W&B every N steps (and at the end), >= 1
     flush_every_n_steps: int = 10
@@ -175,6 +178,7 @@ def validate(cfg) -> None:
     if cfg.logger.wandb is not None:
         _allowed("logger.wandb.mode", cfg.logger.wandb.mode, WANDB_MODES)
     _at_least("trainer.max_steps", cfg.trainer.max_steps, 1)
+    _at_least("trainer.inner_steps", cfg.trainer.inner_steps, 1)
     _at_least("trainer.log_every_n_steps", cfg.trainer.log_every_n_steps, 1)
     _at_least("trainer.flush_every_n_steps", cfg.trainer.flush_every_n_steps, 1)
     _at_least("trainer.mem_every", cfg.trainer.mem_every, 0)

@@ -61,8 +61,8 @@ def _compose(overrides: list[str]):
 
 def _fit_seconds(overrides: list[str], steps: int, plain: bool, device: str) -> float:
     """Wall time of `steps` training steps, by Lightning's loop or by a plain loop."""
-    from gradlab.app.run import build_job
-    from gradlab.runlog import MetricsCSV
+    from gradlab.app.run import MetricSink, build_job
+    from gradlab.runlog import MetricsCSV, RunStats
 
     cfg = _compose([*overrides, f"trainer.max_steps={steps}", f"device={device}"])
     with tempfile.TemporaryDirectory() as tmp:
@@ -70,13 +70,13 @@ def _fit_seconds(overrides: list[str], steps: int, plain: bool, device: str) -> 
         module, trainer, batches = job["module"], job["trainer"], job["batches"]
         runner = module.runner
         csv = MetricsCSV(Path(tmp) / "metrics.csv", runner.metric_columns())
-        runner.sink = csv.write
+        runner.sink = MetricSink(cfg.trainer, runner, RunStats(), csv)  # as a run logs
         try:
             t0 = time.perf_counter()
             if plain:
                 runner.model.to(job["device"])
                 opt = module.make_optimizer(list(runner.model.parameters()))
-                for step in range(steps):
+                for step in range(steps):  # the same steps, one by one
                     x, y = batches.data.batch(step)
                     runner(x, y, step, opt.step)
             else:

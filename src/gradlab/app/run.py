@@ -84,18 +84,7 @@ def train(cfg: DictConfig, output_dir: Path, multirun: bool = False, group: str 
     write_summary(output_dir / "summary.json", summary)
 
     stats = RunStats()
-    csv = wandb_logger = module = interrupt = None
-    pending: list[tuple[int, dict[str, float]]] = []  # logged rows not yet handed to loggers
-
-    def hand_over() -> None:
-        rows = pending[:]
-        pending.clear()
-        if csv is not None:
-            csv.write_rows(rows)
-        if wandb_logger is not None:
-            for step, metrics in rows:
-                wandb_logger.log_metrics(metrics, step=step)
-
+    csv = wandb_logger = module = interrupt = sink = None
     previous_term = _set_handler(signal.SIGTERM, _raise_terminated)
     try:
         validate(cfg)
@@ -112,20 +101,7 @@ def train(cfg: DictConfig, output_dir: Path, multirun: bool = False, group: str 
         wandb_logger = _wandb(cfg, output_dir, group)
         if wandb_logger is not None:
             trainer.loggers = [wandb_logger]
-        every, flush_every = cfg.trainer.log_every_n_steps, cfg.trainer.flush_every_n_steps
-        last = cfg.trainer.max_steps - 1
-
-        def sink(step: int, metrics: dict[str, float]) -> None:
-            stats.update(step, metrics)
-            ending = step == last or runner.status != "running"
-            if step % every == 0 or ending:
-                pending.append((step, metrics))
-            # rows go out together, on the steps that run the checks anyway (step % 10 == 0
-            # by default), so the gradient timed in the other steps is not slowed by logging
-            if step % flush_every == 0 or ending:
-                hand_over()
-
-        runner.sink = sink
+        runner.sink = sink = MetricSink(cfg.trainer, runner, stats, csv, wandb_logger)
         global _IN_FIT
         with _signals_stop(module):
             _IN_FIT = True
@@ -153,9 +129,10 @@ def train(cfg: DictConfig, output_dir: Path, multirun: bool = False, group: str 
     finally:
         _set_handler(signal.SIGTERM, previous_term)
         try:
-            hand_over()  # rows of a run that stopped between two hand-overs
+            if sink is not None:
+                sink.hand_over()  # rows of a run that stopped between two hand-overs
         except Exception as e:  # a logger failing now must not cost the summary
-            summary["reason"] = (summary.get("reason", "") + f"; logging failed: {e}").lstrip("; ")
+            summary["reason"] = (summary["reason"] + f"; logging failed: {e}").lstrip("; ")
         if csv is not None:
             csv.close()
         if module is not None:
@@ -172,6 +149,36 @@ def train(cfg: DictConfig, output_dir: Path, multirun: bool = False, group: str 
                 summary["reason"] = (summary["reason"] + f"; W&B finish failed: {e}").lstrip("; ")
             write_summary(output_dir / "summary.json", summary)
     return summary
+
+
+class MetricSink:
+    """Where StepRunner's metrics go: every step into the run's stats; the logged steps (every
+    trainer.log_every_n_steps, the last one, the one that ended the run) to metrics.csv and W&B.
+    Rows are handed over together every trainer.flush_every_n_steps steps, by default on the
+    steps that run the checks anyway, so the gradient timed in the other steps is not slowed by
+    logging; hand_over() sends what is left when a run stops in between."""
+
+    def __init__(self, trainer_cfg, runner, stats: RunStats, csv: MetricsCSV, wandb_logger=None):
+        self.every = trainer_cfg.log_every_n_steps
+        self.flush_every = trainer_cfg.flush_every_n_steps
+        self.last = trainer_cfg.max_steps - 1
+        self.runner, self.stats, self.csv, self.wandb_logger = runner, stats, csv, wandb_logger
+        self.pending: list[tuple[int, dict[str, float]]] = []
+
+    def __call__(self, step: int, metrics: dict[str, float]) -> None:
+        self.stats.update(step, metrics)
+        ending = step == self.last or self.runner.status != "running"
+        if step % self.every == 0 or ending:
+            self.pending.append((step, metrics))
+        if step % self.flush_every == 0 or ending:
+            self.hand_over()
+
+    def hand_over(self) -> None:
+        rows, self.pending = self.pending, []
+        self.csv.write_rows(rows)
+        if self.wandb_logger is not None:
+            for step, metrics in rows:
+                self.wandb_logger.log_metrics(metrics, step=step)
 
 
 def quiet_lightning() -> None:
@@ -260,7 +267,8 @@ def build_job(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     if progress:
         from lightning.pytorch.callbacks import RichProgressBar
 
-        callbacks.append(RichProgressBar(refresh_rate=max(1, cfg.trainer.max_steps // 100)))
+        groups = -(-cfg.trainer.max_steps // cfg.trainer.inner_steps)  # the bar counts groups
+        callbacks.append(RichProgressBar(refresh_rate=max(1, groups // 100)))
     trainer = L.Trainer(
         accelerator="gpu" if device.type == "cuda" else "cpu",
         devices=1,
@@ -279,7 +287,7 @@ def build_job(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
         "device": device,
         "module": module,
         "trainer": trainer,
-        "batches": StepBatches(data, start_step),
+        "batches": StepBatches(data, start_step, cfg.trainer.inner_steps),
         "interrupt": interrupt,
     }
 
