@@ -12,6 +12,8 @@ import torch
 from apphelpers import CONF, compose_cfg, run_cli, summary, wandb_history
 from gradlab.app.config import ConfigError, validate
 from gradlab.app.run import train
+from gradlab.data import StepBatches, make_dataset
+from gradlab.models import three_layer_relu
 from gradlab.runlog import read_metrics
 
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
@@ -130,6 +132,22 @@ def test_check_cadence(tmp_path, preset):
     else:
         assert checked == per_tensor == list(range(25))
     assert all(rows[step]["grad/rel_err"] < 1e-2 for step in checked)
+
+
+def test_step_groups_end_on_multiples_of_inner_steps():
+    model = three_layer_relu()
+    data = make_dataset("regression", model, n_samples=10, batch_size=4)
+
+    def groups(start: int, k: int, n: int) -> list[list[int]]:
+        batches = itertools.islice(StepBatches(data, start, k), n)
+        return [[step for step, _, _ in group] for group in batches]
+
+    assert groups(0, 10, 3) == [[0], list(range(1, 11)), list(range(11, 21))]
+    assert groups(14, 10, 2) == [list(range(14, 21)), list(range(21, 31))]
+    assert groups(5, 1, 3) == [[5], [6], [7]]
+    x, y = data.batch(7)  # each step keeps its own data batch
+    step, gx, gy = next(iter(StepBatches(data, 7, 10)))[0]
+    assert step == 7 and torch.equal(gx, x) and torch.equal(gy, y)
 
 
 def test_steps_per_lightning_batch_do_not_change_the_run(tmp_path):

@@ -41,7 +41,9 @@ class Dataset:
 
 class StepBatches:
     """An endless iterable of step groups starting at `start_step` (set it when resuming): each
-    item holds (step, x, y) for `steps_per_group` consecutive steps."""
+    item holds (step, x, y) for consecutive steps up to and including the next multiple of
+    `steps_per_group` (0, 1..10, 11..20, ... for 10). Groups end on the steps where the default
+    checks and logging run, so the work between two groups follows those same steps."""
 
     def __init__(self, data: Dataset, start_step: int = 0, steps_per_group: int = 1):
         self.data = data
@@ -49,11 +51,11 @@ class StepBatches:
         self.steps_per_group = steps_per_group
 
     def __iter__(self) -> Iterator[list[tuple[int, Tensor, Tensor]]]:
-        step = self.start_step
+        step, k = self.start_step, self.steps_per_group
         while True:
-            group = range(step, step + self.steps_per_group)
-            yield [(s, *self.data.batch(s)) for s in group]
-            step += self.steps_per_group
+            end = -(-step // k) * k  # the first multiple of k >= step
+            yield [(s, *self.data.batch(s)) for s in range(step, end + 1)]
+            step = end + 1
 
 
 def make_dataset(
