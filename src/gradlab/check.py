@@ -7,11 +7,14 @@ gradient was computed in. Two modes:
   all 2n perturbed sets go through chunked batched forwards (gradlab.fd).
 - ``directional``: k fresh random unit directions over all parameters, comparing g . u with the
   central difference along u: 1 + 2k parameter sets in one batched forward, whatever the number
-  of parameters. When that fails (or a direction cannot get off a kink, see below) it escalates,
-  in the same call, to k fresh directions per parameter tensor (each supported on that tensor
-  alone), whose result is returned: it names the wrong tensor, and judges each tensor on its own
-  scale. ``per_tensor=True`` always takes the per-tensor directions (T times the sets). A
-  passing global result has no per-tensor errors (``rel_err_per_param`` is empty).
+  of parameters. That global stage only screens: a wrong tensor with a small share of the
+  gradient's norm barely moves the global error (and k projections estimate it roughly), so it
+  passes a gradient only when its error is below tol / GLOBAL_MARGIN. Otherwise (or when a
+  direction cannot get off a kink, see below) the same call goes on to k fresh directions per
+  parameter tensor (each supported on that tensor alone), whose result is returned: it judges
+  each tensor on its own scale and names the wrong one. ``per_tensor=True`` always takes the
+  per-tensor directions (T times the sets). A passing global result has no per-tensor errors
+  (``rel_err_per_param`` is empty).
 
 Step: h_i = h * max(1, |theta_i|) with h = cbrt(float64 eps) ~ 6.1e-6 unless given.
 
@@ -52,6 +55,15 @@ from gradlab.models import MLP
 # Adam), so 1e-2 leaves room for that while a real bug (a sign, a wrong factor) is O(1).
 DEFAULT_TOL = {torch.float64: 1e-6, torch.float32: 1e-2, torch.float16: 3e-2, torch.bfloat16: 3e-2}
 KINK_RECHECK_FACTOR = 0.1
+# The global directional stage passes a gradient only with an error below tol / GLOBAL_MARGIN.
+# Correct gradients measure ~1e-10 (float64) and ~1e-7..1e-3 (float32) there; a tensor wrong by
+# a factor r with a share f of the gradient's norm shows as about r * f (4 projections estimate
+# it roughly). In 30 checks of SGD training each, a global check judged at tol passed 7 with
+# three_layer_relu's layer1.bias 10% off in float32 (f ~ 0.1-0.2) and 29 with two_layer_sigmoid's
+# layer1.bias off by 1e-5 in float64 (f ~ 0.01-0.03); this screen failed all of them, as the
+# per-tensor check does, and sent 1-5% of the correct ReLU gradients on to it (a third of the
+# float32 sigmoid ones near a loss of 1e-6, whose float32 rounding reaches 1e-4..1e-3).
+GLOBAL_MARGIN = 100.0
 FLOOR = 1e-6
 
 
@@ -157,9 +169,10 @@ def check_gradient(
 
 
 def _global_directional(point, g, h_vec, k, tol, generator, max_bytes) -> CheckResult | None:
-    """The directional check along k random unit directions over all parameters; None when it
-    fails or a direction still straddles a kink after the recheck (then the caller takes the
-    per-tensor directions, which name the tensor and exclude only the kinked rows)."""
+    """The directional check along k random unit directions over all parameters; None unless
+    its error is below tol / GLOBAL_MARGIN with no direction still straddling a kink after the
+    recheck (then the caller takes the per-tensor directions, which judge each tensor, name a
+    wrong one and exclude only the kinked rows)."""
     # drawn in float32 (several times faster than float64 on the CPU): any direction will do
     u = torch.randn(k, g.numel(), generator=generator).to(g)
     s = u.div_(torch.linalg.vector_norm(u, dim=1, keepdim=True)).mul_(h_vec)  # step rows (k, n)
@@ -173,7 +186,7 @@ def _global_directional(point, g, h_vec, k, tol, generator, max_bytes) -> CheckR
     # g . s_j, and the difference, per unit step
     exact, approx = torch.stack([s.mv(g), diffs]).div_(torch.linalg.vector_norm(s, dim=1))
     result = _metrics("directional", exact, approx, None, ["all"], None, n_kinks, tol)
-    if not result.passed:
+    if not result.rel_err < tol / GLOBAL_MARGIN:  # not clearly clean: judge tensor by tensor
         return None
     result.rel_err_per_param = {}  # not measured: global directions do not tell tensors apart
     return result

@@ -1,5 +1,6 @@
-"""What a run writes to its output dir: metrics.csv (a row per logged step, flushed as it goes)
-and summary.json. Reports read only these files."""
+"""What a run writes to its output dir: metrics.csv (a row per logged step, appended and flushed
+in groups as the run goes; see gradlab.app.run.MetricSink) and summary.json. Reports read only
+these files."""
 
 from __future__ import annotations
 
