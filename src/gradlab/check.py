@@ -173,9 +173,8 @@ def _global_directional(point, g, h_vec, k, tol, generator, max_bytes) -> CheckR
     its error is below tol / GLOBAL_MARGIN with no direction still straddling a kink after the
     recheck (then the caller takes the per-tensor directions, which judge each tensor, name a
     wrong one and exclude only the kinked rows)."""
-    # drawn in float32 (several times faster than float64 on the CPU): any direction will do
-    u = torch.randn(k, g.numel(), generator=generator).to(g)
-    s = u.div_(torch.linalg.vector_norm(u, dim=1, keepdim=True)).mul_(h_vec)  # step rows (k, n)
+    # one "tensor" of all n entries: k unit directions over every parameter, step rows (k, n)
+    s = _unit_directions((g.numel(),), k, generator).to(g.device).mul_(h_vec)
     diffs, excluded, n_kinks = with_kink_recheck(
         lambda rows, f: fd.direction_differences(
             point, s if rows is None else s[rows] * f, max_bytes
