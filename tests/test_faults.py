@@ -91,6 +91,43 @@ def test_divergence_stops_at_first_nonfinite_step(tmp_path):
     assert f"at step {len(rows) - 1}" in s["reason"]
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("layout", ["dense", "expanded"])  # expanded: the fused check refuses it
+def test_nonfinite_gradient_with_a_finite_loss_stops_before_the_update(bad, layout):
+    from gradlab.grads import autograd
+    from gradlab.models import build_model
+    from gradlab.step import CheckSettings, StepRunner
+
+    def broken_at_step_3(model, x, y):
+        loss, grads = autograd(model, x, y)
+        if calls.append(None) or len(calls) == 4:
+            if layout == "dense":
+                grads["layer2.bias"] = grads["layer2.bias"].clone()
+                grads["layer2.bias"][5] = bad
+            else:
+                grads["layer2.bias"] = torch.full((1,), bad).expand(16)
+        elif layout == "expanded":  # a finite expanded gradient passes and is applied
+            grads["layer2.bias"] = torch.zeros(1).expand(16)
+        return loss, grads
+
+    calls: list = []
+    model = build_model("three_layer_relu")
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    rows = []
+    runner = StepRunner(
+        model, broken_at_step_3, "broken", CheckSettings(0, 0), lambda s, m: rows.append(s), 0
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(6):
+        before = [p.detach().clone() for p in model.parameters()]
+        runner(x, y, step, opt.step)
+        if runner.status != "running":
+            break
+    assert runner.status == "diverged" and step == 3 and rows == [0, 1, 2, 3]
+    assert runner.reason == "non-finite gradient at step 3 (layer2.bias)"
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))  # not applied
+
+
 def test_divergent_job_does_not_stop_the_sweep(tmp_path):
     proc = run_cli(
         "-m",
