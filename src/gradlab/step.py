@@ -131,8 +131,8 @@ class StepRunner:
         """
         found = self._found_inf
         if found is None or found.device != grads[0].device:
-            found = self._found_inf = torch.zeros(1, device=grads[0].device)
-            self._one = torch.ones(1, device=grads[0].device)
+            found = self._found_inf = torch.zeros(1, dtype=torch.float32, device=grads[0].device)
+            self._one = torch.ones(1, dtype=torch.float32, device=grads[0].device)
         try:
             found.zero_()
             with torch.no_grad():
