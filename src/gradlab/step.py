@@ -33,6 +33,10 @@ class CheckSettings:
     per_tensor: bool = False
 
 
+# GradScaler's fused NaN/inf test (private, but what torch.amp itself calls); None if it goes.
+_FUSED_CHECK = getattr(torch, "_amp_foreach_non_finite_check_and_unscale_", None)
+
+
 class GradientMethodError(RuntimeError):
     """A gradient method raised or returned something that is not one gradient per parameter."""
 
@@ -133,13 +137,15 @@ class StepRunner:
         if found is None or found.device != grads[0].device:
             found = self._found_inf = torch.zeros(1, dtype=torch.float32, device=grads[0].device)
             self._one = torch.ones(1, dtype=torch.float32, device=grads[0].device)
-        try:
-            found.zero_()
-            with torch.no_grad():
-                torch._amp_foreach_non_finite_check_and_unscale_(grads, found, self._one)
-            return not found.item()
-        except RuntimeError:
-            return all(bool(g.isfinite().all()) for g in grads)
+        if _FUSED_CHECK is not None:
+            try:
+                found.zero_()
+                with torch.no_grad():
+                    _FUSED_CHECK(grads, found, self._one)
+                return not found.item()
+            except RuntimeError:
+                pass
+        return all(bool(g.isfinite().all()) for g in grads)
 
     def __call__(self, x: Tensor, y: Tensor, step: int, optimizer_step: Callable[[], object]):
         """One training step at global step `step`; optimizer_step() applies the .grad values."""
