@@ -4,7 +4,6 @@ plots and one self-contained report.html. Reads only what runs wrote (summary.js
 from __future__ import annotations
 
 import base64
-import contextlib
 import csv
 import html
 import math
@@ -14,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gradlab.runlog import read_metrics, read_summary
-from gradlab.sweep import cell, job_row, markdown_table
+from gradlab.runlog import read_metrics
+from gradlab.sweep import cell, job_summary, markdown_table, tally
 
 # Runs that agree on all of these are repeats (seeds) of one configuration and are aggregated.
 KEY = ("model", "grad", "method", "optimizer", "lr", "dtype", "device", "data")
@@ -80,19 +79,13 @@ def find_run_dirs(paths: Iterable[Path]) -> list[Path]:
     found: set[Path] = set()
     for root in paths:
         for marker in ("summary.json", ".hydra"):
-            if (root / marker).exists():
-                found.add(root.resolve())
             found.update(p.parent.resolve() for p in root.rglob(marker))
     return sorted(found)
 
 
 def load_run(run_dir: Path) -> Run:
-    summary: dict[str, Any] = {}
-    with contextlib.suppress(OSError, ValueError):
-        summary = read_summary(run_dir / "summary.json")
-    # job_row settles status and reason (no summary, unreadable, "running" = never finished).
-    row = job_row(run_dir)
-    summary = {**summary, "status": row["status"], "reason": row.get("reason") or ""}
+    summary = job_summary(run_dir)  # status and reason settled for a job that did not finish
+    summary["reason"] = summary.get("reason") or ""
     try:
         metrics = read_metrics(run_dir / "metrics.csv")
     except (OSError, ValueError):
@@ -143,7 +136,7 @@ def group_row(key: tuple, runs: list[Run]) -> dict[str, Any]:
     checks = [r.check_verdict() for r in runs]
     losses = [_num(r.summary.get("loss_final")) for r in runs]
     reasons = dict.fromkeys(r.summary["reason"] for r in runs if r.summary.get("reason"))
-    first_fails = [r.summary["grad_check_first_fail"] for r in runs if r.check_verdict() == "fail"]
+    first_fails = [r.summary["grad_check_first_fail"] for r, c in zip(runs, checks) if c == "fail"]
     if first_fails:
         f = first_fails[0]
         reasons[
@@ -251,8 +244,7 @@ class Report:
         return cols, out
 
     def intro(self, sources: list[str]) -> list[str]:
-        statuses = [r.summary["status"] for r in self.runs]
-        statuses = ", ".join(f"{statuses.count(s)} {s}" for s in sorted(set(statuses)))
+        statuses = tally(r.summary["status"] for r in self.runs)
         lines = [
             f"{len(self.runs)} runs in {len(self.rows)} configurations ({statuses}), "
             f"from {', '.join(sources)}."
@@ -289,8 +281,8 @@ def markdown(report: Report, sources: list[str], images: list[str]) -> str:
     cols, rows = report.table()
     parts = ["# gradlab report", " ".join(report.intro(sources)), markdown_table(rows, cols)]
     parts.append("\n".join(f"- {line}" for line in EXPLAINED))
-    if report.notes():
-        parts += ["## Problems", "\n".join(f"- {n}" for n in report.notes())]
+    if notes := report.notes():
+        parts += ["## Problems", "\n".join(f"- {n}" for n in notes)]
     parts += ["## Plots", *(f"![{PLOTS[name]}]({name})" for name in images)]
     return "\n\n".join(parts) + "\n"
 
@@ -310,9 +302,9 @@ def html_page(report: Report, sources: list[str], images: dict[str, bytes]) -> s
     parts = [f"<h1>gradlab report</h1><p>{e(' '.join(report.intro(sources)))}</p>"]
     parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
     parts.append("<ul>" + "".join(f"<li>{e(x)}</li>" for x in EXPLAINED) + "</ul>")
-    if report.notes():
+    if notes := report.notes():
         parts.append("<h2>Problems</h2><ul>")
-        parts.append("".join(f"<li>{e(n)}</li>" for n in report.notes()) + "</ul>")
+        parts.append("".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
     parts.append("<h2>Plots</h2>")
     for name, png in images.items():
         data = base64.b64encode(png).decode("ascii")

@@ -4,9 +4,12 @@ that failed, diverged or never wrote its summary still shows, with its status.""
 from __future__ import annotations
 
 import csv
-import json
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from gradlab.runlog import read_summary
 
 COLUMNS = [
     "job",
@@ -42,25 +45,33 @@ def job_dirs(sweep_dir: Path) -> list[Path]:
     return sorted(dirs, key=order)
 
 
-def job_row(job_dir: Path) -> dict[str, Any]:
+def job_summary(job_dir: Path) -> dict[str, Any]:
+    """A job's summary.json with status and reason settled: a job that wrote none, or an
+    unreadable one, or one still "running" (it never finished) has failed, and says why."""
     path = job_dir / "summary.json"
     if not path.exists():
-        return {
-            "job": job_dir.name,
-            "status": "failed",
-            "reason": "no summary.json (job crashed before training)",
-        }
+        return {"status": "failed", "reason": "no summary.json (job crashed before training)"}
     try:
-        summary = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        return {"job": job_dir.name, "status": "failed", "reason": f"unreadable summary.json: {e}"}
+        summary = read_summary(path)
+    except ValueError as e:  # bad JSON or bad bytes
+        return {"status": "failed", "reason": f"unreadable summary.json: {e}"}
     if summary.get("status") == "running":
         summary = {
             **summary,
             "status": "failed",
             "reason": "job ended without finishing its summary",
         }
+    return summary
+
+
+def job_row(job_dir: Path) -> dict[str, Any]:
+    summary = job_summary(job_dir)
     return {"job": job_dir.name, **{k: summary.get(k) for k in COLUMNS if k != "job"}}
+
+
+def tally(statuses: Iterable[str]) -> str:
+    """How many of each status, by name: '2 completed, 1 diverged'."""
+    return ", ".join(f"{n} {s}" for s, n in sorted(Counter(statuses).items()))
 
 
 def cell(value: Any) -> str:
@@ -83,12 +94,9 @@ def summarize_sweep(sweep_dir: Path) -> str:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r.get("status") or "?"] = counts.get(r.get("status") or "?", 0) + 1
     table = markdown_table(rows)
-    tally = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    counts = tally(r.get("status") or "?" for r in rows)
     (sweep_dir / "summary.md").write_text(
-        f"# Sweep {sweep_dir.name}\n\n{len(rows)} jobs: {tally}\n\n{table}\n"
+        f"# Sweep {sweep_dir.name}\n\n{len(rows)} jobs: {counts}\n\n{table}\n"
     )
-    return f"{len(rows)} jobs: {tally}\n{table}"
+    return f"{len(rows)} jobs: {counts}\n{table}"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from gradlab.sweep import cell
+
 
 def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return "-" if value is None else str(value)
+    return cell(value) or "-"
 
 
 def print_summary(summary: dict[str, Any]) -> None:
