@@ -79,10 +79,8 @@ class WandbConfig:
 
 @dataclass
 class CsvConfig:
-    """metrics.csv in the run dir. It is written for every run (reports read it); choosing the
-    csv logger alone means: no W&B."""
-
-    filename: str = "metrics.csv"
+    """metrics.csv in the run dir. It is written for every run under that name (reports read
+    it); choosing the csv logger alone means: no W&B."""
 
 
 @dataclass
