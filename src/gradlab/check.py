@@ -133,18 +133,8 @@ def check_gradient(
     h_vec = fd.default_steps(point.theta, h)
     sizes = tuple(shape.numel() for shape in point.shapes.values())
     if mode == "full":
-        values, flags, n_kinks = [], [], 0
-        for layer, (a, b) in enumerate(point.spans):  # a layer's coordinates share its forward
-            h_l = h_vec[a:b]
-            diffs, excluded, n = with_kink_recheck(
-                lambda rows, f, l=layer, h=h_l: fd.coordinate_differences(
-                    point, l, h * f, torch.arange(h.numel()) if rows is None else rows, max_bytes
-                )
-            )
-            values.append(diffs / h_l)
-            flags.append(excluded)
-            n_kinks += n
-        excluded = None
+        values, flags, kinks = zip(*coordinate_fd(point, h_vec, max_bytes))
+        n_kinks, excluded = sum(kinks), None
         if n_kinks:  # layers without kinks exclude nothing
             nothing = [torch.zeros_like(v, dtype=torch.bool) for v in values]
             excluded = torch.cat([z if f is None else f for z, f in zip(nothing, flags)])
@@ -158,11 +148,7 @@ def check_gradient(
         if result is not None:
             return result
     s = _unit_directions(sizes, k, generator).to(g.device) * h_vec  # step rows (T * k, n)
-    diffs, excluded, n_kinks = with_kink_recheck(
-        lambda rows, f: fd.direction_differences(
-            point, s if rows is None else s[rows] * f, max_bytes
-        )
-    )
+    diffs, excluded, n_kinks = _direction_fd(point, s, max_bytes)
     rows = torch.arange(len(sizes), device=g.device).repeat_interleave(k)  # tensor of each row
     excluded, n_kinks = _exclude_unresolved(point, grads[names[0]].dtype, rows, excluded, n_kinks)
     return _directional_metrics(s, sizes, g, diffs, excluded, names, n_kinks, tol)
@@ -175,11 +161,7 @@ def _global_directional(point, g, h_vec, k, tol, generator, max_bytes) -> CheckR
     wrong one and exclude only the kinked rows)."""
     # one "tensor" of all n entries: k unit directions over every parameter, step rows (k, n)
     s = _unit_directions((g.numel(),), k, generator).to(g.device).mul_(h_vec)
-    diffs, excluded, n_kinks = with_kink_recheck(
-        lambda rows, f: fd.direction_differences(
-            point, s if rows is None else s[rows] * f, max_bytes
-        )
-    )
+    diffs, excluded, n_kinks = _direction_fd(point, s, max_bytes)
     if excluded is not None and bool(excluded.any()):
         return None
     # g . s_j, and the difference, per unit step
@@ -292,6 +274,32 @@ def with_kink_recheck(differences) -> tuple[Tensor, Tensor | None, int]:
     values[again] = redo / KINK_RECHECK_FACTOR
     kinked[again] = still
     return values, kinked, again.numel()
+
+
+def coordinate_fd(
+    point: fd.EvaluationPoint, h_vec: Tensor, max_bytes: int = fd.DEFAULT_MAX_BYTES
+) -> list[tuple[Tensor, Tensor | None, int]]:
+    """Per layer (whose coordinates share its forward): the central-difference derivative of
+    every coordinate (steps h_vec), with the kink re-check: (fd / h, excluded or None, kinks)."""
+    out = []
+    for layer, (a, b) in enumerate(point.spans):
+        h = h_vec[a:b]
+        diffs, excluded, n = with_kink_recheck(
+            lambda rows, f, layer=layer, h=h: fd.coordinate_differences(
+                point, layer, h * f, rows, max_bytes
+            )
+        )
+        out.append((diffs / h, excluded, n))
+    return out
+
+
+def _direction_fd(point, s: Tensor, max_bytes: int) -> tuple[Tensor, Tensor | None, int]:
+    """Central differences along the step rows s (m, n), with the kink re-check."""
+    return with_kink_recheck(
+        lambda rows, f: fd.direction_differences(
+            point, s if rows is None else s[rows] * f, max_bytes
+        )
+    )
 
 
 @functools.lru_cache(maxsize=64)

@@ -89,11 +89,16 @@ def evaluation_point(model: MLP, x: Tensor, y: Tensor, dtype: torch.dtype) -> Ev
 
 @torch.no_grad()
 def coordinate_differences(
-    point: EvaluationPoint, k: int, h: Tensor, rows: Tensor, max_bytes: int = DEFAULT_MAX_BYTES
+    point: EvaluationPoint,
+    k: int,
+    h: Tensor,
+    rows: Tensor | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> tuple[Tensor, Tensor]:
     """fd_j = (L(theta + h_i e_i) - L(theta - h_i e_i)) / 2 for each coordinate i = rows[j] of
-    layer k's parameters (W_k flat, then b_k; h (n_k,) their steps), and whether the perturbation
-    flipped any ReLU on/off decision (a kink: then fd_j is not a derivative).
+    layer k's parameters (W_k flat, then b_k; h (n_k,) their steps; rows None: all of them), and
+    whether the perturbation flipped any ReLU on/off decision (a kink: then fd_j is not a
+    derivative).
 
     A coordinate moves one unit u of layer k: z_k changes in row u only, by h * a_{k-1}[j] for
     W_k[u, j] (by h for b_k[u]), so does a_k, and z_{k+1} by a rank-1 update. Layers below k
@@ -102,6 +107,7 @@ def coordinate_differences(
     d_in, batch, last = w.shape[1], point.y.shape[1], k == len(point.layers) - 1
     width = sum(layer[0].shape[0] for layer in point.layers[k:])
     chunk = max(1, max_bytes // (2 * 2 * batch * width * h.element_size()))
+    rows = torch.arange(h.numel()) if rows is None else rows
     base, rows = point.forward, rows.to(h.device)
     inputs = torch.cat([base.acts[k], torch.ones_like(point.y[:1])])  # a_{k-1}; ones for b_k
     fd = torch.empty(rows.numel(), dtype=h.dtype, device=h.device)

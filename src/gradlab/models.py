@@ -69,10 +69,6 @@ class MLP(nn.Module):
             x = activate(layer(x), self.activation)
         return last(x)
 
-    def named_tensors(self) -> dict[str, Tensor]:
-        """The parameters as an ordered dict of plain tensors (detached views)."""
-        return {name: p.detach() for name, p in self.named_parameters()}
-
 
 def two_layer_sigmoid(d_in: int = 2, hidden: int = 4, d_out: int = 1, **kw) -> MLP:
     """Article 004's TwoLayerNet: D_in -> H sigmoid -> D_out (default 2-4-1)."""

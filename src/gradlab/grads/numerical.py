@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from gradlab import fd
-from gradlab.check import with_kink_recheck
+from gradlab.check import coordinate_fd
 from gradlab.models import MLP, mse_loss
 
 
@@ -23,15 +23,7 @@ def numerical(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tenso
     """Loss at theta and the central-difference gradient of every parameter element."""
     point = fd.evaluation_point(model, x, y, dtype=model.layer1.weight.dtype)
     h = fd.default_steps(point.theta)
-    diffs = [
-        with_kink_recheck(
-            lambda rows, f, k=k, h=h[a:b]: fd.coordinate_differences(
-                point, k, h * f, torch.arange(h.numel()) if rows is None else rows
-            )
-        )[0]
-        for k, (a, b) in enumerate(point.spans)
-    ]
-    flat = torch.cat(diffs) / h
+    flat = torch.cat([derivative for derivative, _, _ in coordinate_fd(point, h)])
     grads = flat.split([shape.numel() for shape in point.shapes.values()])
     loss = mse_loss(point.forward.pre[-1], point.y)  # transposed: the same mean
     return loss, {name: g.view(point.shapes[name]) for name, g in zip(point.shapes, grads)}
