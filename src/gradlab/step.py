@@ -21,16 +21,19 @@ from gradlab.models import MLP
 
 @dataclass
 class CheckSettings:
-    """How often the finite-difference checks run (0 = never) and how they judge. The default
-    cadence keeps the checks' cost per step below one gradient of the default run (issue 7)."""
+    """How often the finite-difference checks run (0 = never) and how they judge; also the
+    config schema of `check` (gradlab.app.config). The default cadence keeps the checks' cost
+    per step below one gradient of the default run (issue 7)."""
 
-    directional_every: int = 10
-    full_every: int = 100
-    k: int = 4
-    h: float | None = None
-    tol: float | None = None
-    fail_fast: bool = False
+    directional_every: int = 10  # directional FD check every N steps (0 = never)
+    full_every: int = 100  # full FD check every N steps (0 = never)
+    k: int = 4  # random directions per directional check (per tensor with per_tensor), >= 1
+    # directional: k directions per parameter tensor on every check (T times the work, errors per
+    # tensor each time) instead of k global ones that escalate to per-tensor only on a failure
     per_tensor: bool = False
+    h: float | None = None  # relative step; None = cbrt(float64 eps)
+    tol: float | None = None  # pass threshold; None = by gradient dtype (see gradlab.check)
+    fail_fast: bool = False  # stop the run at the first failing check
 
 
 # GradScaler's fused NaN/inf test (private, but what torch.amp itself calls); None if it goes.
@@ -92,7 +95,7 @@ class StepRunner:
 
         return synced
 
-    def _checked(self, result) -> tuple[Tensor, list[Tensor]]:
+    def _checked(self, result) -> tuple[Tensor | float, list[Tensor]]:
         """Make sure a method returned (loss, one well-formed gradient per parameter)."""
         try:
             loss, grads = result
@@ -123,7 +126,7 @@ class StepRunner:
                     f"gradient method {self.grad_name!r}: gradient of {name!r} {problem}"
                 )
             out.append(g)
-        return torch.as_tensor(loss), out
+        return loss, out
 
     def _all_finite(self, grads: list[Tensor]) -> bool:
         """Whether no gradient holds a NaN or an infinity, in one kernel where possible.
@@ -160,7 +163,7 @@ class StepRunner:
         t1 = clock()
         loss, grads = self._checked(result)  # outside the timed region
 
-        loss_value = float(loss)
+        loss_value = float(loss)  # a 0-d tensor or a number
         finite = math.isfinite(loss_value) and self._all_finite(grads)
         metrics = {"train/loss": loss_value, "time/grad_ms": (t1 - t0) * 1e3}
         if not finite:
@@ -196,6 +199,8 @@ class StepRunner:
         if c.full_every and step % c.full_every == 0:
             modes.append("full")
         out: dict[str, float] = {}
+        if not modes:
+            return out
         named = dict(zip(self.names, grads))
         for mode in modes:  # full last, so its figures win when both run
             r = check_gradient(

@@ -10,6 +10,7 @@ from omegaconf import MISSING
 from gradlab.data import DATASETS
 from gradlab.grads import METHODS
 from gradlab.models import MODELS
+from gradlab.step import CheckSettings as CheckConfig  # the step's own settings are the schema
 
 OPTIMIZERS = ("sgd", "adam", "gd")
 DEVICES = ("auto", "cpu", "cuda")
@@ -51,19 +52,6 @@ class DataConfig:
     n_samples: int = 100  # samples in the data set, >= 1
     batch_size: int = 100  # >= 1; >= n_samples means full batch
     noise: float = 0.0  # regression target noise std, >= 0
-
-
-@dataclass
-class CheckConfig:
-    directional_every: int = 10  # directional FD check every N steps (0 = never)
-    full_every: int = 100  # full FD check every N steps (0 = never)
-    k: int = 4  # random directions per directional check (per tensor with per_tensor), >= 1
-    # directional: k directions per parameter tensor on every check (T times the work, errors per
-    # tensor each time) instead of k global ones that escalate to per-tensor only on a failure
-    per_tensor: bool = False
-    h: float | None = None  # relative step; None = cbrt(float64 eps)
-    tol: float | None = None  # pass threshold; None = by gradient dtype (see gradlab.check)
-    fail_fast: bool = False  # stop the run at the first failing check
 
 
 @dataclass
