@@ -37,8 +37,8 @@ SWEEP12 = [
 ]
 
 
-def _cli(args: list[str], cwd: Path, extra_env: dict | None = None) -> float:
-    env = {**os.environ, "CI": "true", **(extra_env or {})}
+def _cli(args: list[str], cwd: Path) -> float:
+    env = {**os.environ, "CI": "true"}
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, str(TRAIN), *args], cwd=cwd, env=env, capture_output=True, text=True
@@ -74,7 +74,6 @@ def _fit_seconds(overrides: list[str], steps: int, plain: bool, device: str) -> 
         try:
             t0 = time.perf_counter()
             if plain:
-                runner.model.to(job["device"])
                 opt = module.make_optimizer(list(runner.model.parameters()))
                 for step in range(steps):  # the same steps, one by one
                     x, y = batches.data.batch(step)
@@ -112,23 +111,22 @@ def _logged_grad_ms(run_dir: Path) -> float:
     return statistics.median(r["time/grad_ms"] for r in read_metrics(run_dir / "metrics.csv")[1:])
 
 
-def _standalone(device: str, check) -> dict[str, float]:
-    """Standalone medians (us) of the default run's gradient and checks (settings `check`),
-    same threads."""
+def _standalone(cfg) -> dict[str, float]:
+    """Standalone medians (us) of the gradient and the checks of the run `cfg` composes: its
+    method, model, first batch, dtype, device, check settings and thread count."""
+    from gradlab.app.run import build_job
     from gradlab.bench import median_us
     from gradlab.check import check_gradient
-    from gradlab.data import make_dataset
-    from gradlab.grads import manual
-    from gradlab.models import build_model
 
-    torch.set_num_threads(1)
-    model = build_model("three_layer_relu", dtype=torch.float32, device=device)
-    data = make_dataset("regression", model, dtype=torch.float32, device=device)
-    x, y = data.x, data.y
-    _, grads = manual(model, x, y)
+    with tempfile.TemporaryDirectory() as tmp:
+        job = build_job(cfg, Path(tmp))
+    runner, data = job["module"].runner, job["batches"].data
+    model, grad_fn, check = runner.model, runner.grad_fn, runner.check
+    x, y = data.batch(0)
+    _, grads = grad_fn(model, x, y)
     gen = torch.Generator().manual_seed(0)
     return {
-        "grad": median_us(lambda: manual(model, x, y), 1.0),
+        "grad": median_us(lambda: grad_fn(model, x, y), 1.0),
         "directional": median_us(
             lambda: check_gradient(
                 model,
@@ -172,8 +170,9 @@ def measure(device: str = "cpu", sweeps: bool = True) -> dict:
     overrides = ["logger=csv"]
     result["lightning_step_us"] = marginal_step_us(overrides, plain=False, device=device)
     result["plain_step_us"] = marginal_step_us(overrides, plain=True, device=device)
-    cadence = _compose([]).check
-    alone = _standalone(device, cadence)
+    default = _compose(on)  # the default run's config
+    cadence = default.check
+    alone = _standalone(default)
     result["grad_ms_logged_vs_standalone"] = logged_ms * 1e3 / alone["grad"]
     per_step_check = sum(
         alone[mode] / every
@@ -187,7 +186,7 @@ def measure(device: str = "cpu", sweeps: bool = True) -> dict:
     result["env"] = {
         **bench.environment(),
         "device": device if device == "cpu" else torch.cuda.get_device_name(),
-        "threads": 1,
+        "threads": default.threads,
         "default_run_logger": "wandb+csv" if not logger else "csv (wandb not installed)",
         "logged_grad_ms_median": logged_ms,
         "logged_grad_ms_median_check_none": logged_bare_ms,
@@ -213,7 +212,7 @@ def format_table(result: dict) -> str:
             "sweep12_basic_s",
             result.get("sweep12_basic_s"),
             "< 90 s",
-            result.get("sweep12_basic_s", 0) < 90 if "sweep12_basic_s" in result else None,
+            result["sweep12_basic_s"] < 90 if "sweep12_basic_s" in result else None,
         ),
         ("sweep12_joblib_s", result.get("sweep12_joblib_s"), "", None),
         (
