@@ -37,7 +37,7 @@ def main(cfg: DictConfig) -> float:
     multirun = hc.mode == RunMode.MULTIRUN
     group = Path(hc.sweep.dir).name if multirun else None
     try:
-        summary = train(cfg, Path(hc.runtime.output_dir), multirun=multirun, group=group)
+        summary = train(cfg, Path(hc.runtime.output_dir), group=group)
     except RunFailed as e:  # the output dir already holds a run: touch nothing
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

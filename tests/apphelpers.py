@@ -11,6 +11,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 from gradlab.app.config import register
+from gradlab.runlog import read_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
@@ -43,7 +44,7 @@ def run_cli(*args: str, cwd: Path, timeout: float = 120, env: dict | None = None
 
 
 def summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
+    return read_summary(run_dir / "summary.json")
 
 
 def wandb_records(path: Path):
@@ -75,10 +76,8 @@ def wandb_records(path: Path):
 
 def wandb_history(path: Path) -> list[dict]:
     """History rows (metric name -> value) of an offline .wandb file."""
-    import json as _json
-
     return [
-        {i.key or "/".join(i.nested_key): _json.loads(i.value_json) for i in rec.history.item}
+        {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item}
         for rec in wandb_records(path)
         if rec.WhichOneof("record_type") == "history"
     ]

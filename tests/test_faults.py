@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from apphelpers import ROOT, TRAIN, compose_cfg, run_cli, summary
+from apphelpers import TRAIN, compose_cfg, run_cli, summary
 from gradlab.app.run import train
 from gradlab.runlog import read_metrics
 
 TESTS = Path(__file__).resolve().parent
-FAULT_ENV = {"PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 
 
 @pytest.mark.parametrize(
@@ -326,4 +325,3 @@ def test_a_run_never_overwrites_an_earlier_run(tmp_path):
     again = run_cli("logger=csv", "trainer.max_steps=7", f"hydra.run.dir={run_dir}", cwd=tmp_path)
     assert again.returncode == 2 and "already holds a run" in again.stderr
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
-    assert ROOT.is_dir()

@@ -25,9 +25,6 @@ class MetricsCSV:
             self._writer.writeheader()
             self._file.flush()
 
-    def write(self, step: int, metrics: dict[str, float]) -> None:
-        self.write_rows([(step, metrics)])
-
     def write_rows(self, rows: list[tuple[int, dict[str, float]]]) -> None:
         """Append (step, metrics) rows, then flush once."""
         self._writer.writerows({"step": step, **metrics} for step, metrics in rows)

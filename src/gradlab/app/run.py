@@ -59,7 +59,7 @@ def progress_wanted(setting: str) -> bool:
     return sys.stdout.isatty() and not os.environ.get("CI")
 
 
-def train(cfg: DictConfig, output_dir: Path, multirun: bool = False, group: str | None = None):
+def train(cfg: DictConfig, output_dir: Path, group: str | None = None):
     """Train one job; returns the summary dict (summary.json's content)."""
     t_start = time.perf_counter()
     output_dir.mkdir(parents=True, exist_ok=True)
