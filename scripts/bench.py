@@ -1,15 +1,244 @@
-"""Framework overhead benchmark (issue 7): `python scripts/bench.py --out FILE [--device cuda]`.
+"""Framework overhead: does the measurement cost more than what it measures?
 
-The logic lives in gradlab.app.perf; this prints the table and writes the JSON.
+    python scripts/bench.py --out experiments/perf/bench_cpu.json [--device cuda] [--no-sweeps]
+
+Every figure comes from one run of `measure()` on one machine:
+- default_run_s: the README's main command (`python src/train.py`), process start to exit;
+- lightning_step_us / plain_step_us: marginal wall time per training step, (T(n2) - T(n1)) /
+  (n2 - n1), of Lightning's fit loop vs a plain PyTorch loop calling the same StepRunner (same
+  method, checks and metrics.csv cadence), so start-up costs cancel out;
+- sweep12_basic_s / sweep12_joblib_s: a 12-job sweep (3 methods x 2 models x 2 optimizers),
+  200 steps each;
+- grad_ms_logged_vs_standalone: median logged time/grad_ms of the default run divided by the
+  standalone benchmark (gradlab.measure.timing) of the same method, model, dtype and thread count;
+- check_overhead_ratio: per-step cost of the default checks (conf/check/default.yaml's cadence,
+  amortized: directional every 10 steps, full every 100) divided by the gradient computation
+  itself, all three timed standalone on the default run's model, data and dtype.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
-from gradlab.app.perf import format_table, measure
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = ROOT / "src" / "train.py"
+SWEEP12 = [
+    "-m",
+    "grad=autograd,manual,function",
+    "model=two_layer_sigmoid,three_layer_relu",
+    "optimizer=sgd,adam",
+    "trainer.max_steps=200",
+    "logger=csv",
+]
+
+
+def _cli(args: list[str], cwd: Path) -> float:
+    env = {**os.environ, "CI": "true"}
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, str(TRAIN), *args], cwd=cwd, env=env, capture_output=True, text=True
+    )
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed: {proc.stderr.strip()[-500:]}")
+    return wall
+
+
+def _compose(overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+
+    from gradlab.app.config import register
+
+    register()
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        return compose("train", overrides=overrides)
+
+
+def _fit_seconds(overrides: list[str], steps: int, plain: bool, device: str) -> float:
+    """Wall time of `steps` training steps, by Lightning's loop or by a plain loop."""
+    from gradlab.app.run import MetricSink, build_job
+    from gradlab.training.record import MetricsCSV, RunStats
+
+    cfg = _compose([*overrides, f"trainer.max_steps={steps}", f"device={device}"])
+    with tempfile.TemporaryDirectory() as tmp:
+        job = build_job(cfg, Path(tmp))
+        module, trainer, batches = job["module"], job["trainer"], job["batches"]
+        runner = module.runner
+        csv = MetricsCSV(Path(tmp) / "metrics.csv", runner.metric_columns())
+        runner.sink = MetricSink(cfg.trainer, runner, RunStats(), csv)  # as a run logs
+        try:
+            t0 = time.perf_counter()
+            if plain:
+                opt = module.make_optimizer(list(runner.model.parameters()))
+                for step in range(steps):  # the same steps, one by one
+                    x, y = batches.data.batch(step)
+                    runner(x, y, step, opt.step)
+            else:
+                trainer.fit(module, train_dataloaders=batches)
+            if job["device"].type == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - t0
+        finally:
+            csv.close()
+    return seconds
+
+
+def marginal_step_us(
+    overrides: list[str],
+    plain: bool,
+    device: str = "cpu",
+    n1: int = 100,
+    n2: int = 600,
+    repeats: int = 3,
+) -> float:
+    """Median over repeats of (T(n2) - T(n1)) / (n2 - n1), in microseconds."""
+    samples = []
+    for _ in range(repeats):
+        t1 = _fit_seconds(overrides, n1, plain, device)
+        t2 = _fit_seconds(overrides, n2, plain, device)
+        samples.append((t2 - t1) / (n2 - n1) * 1e6)
+    return statistics.median(samples)
+
+
+def _logged_grad_ms(run_dir: Path) -> float:
+    from gradlab.training.record import read_metrics
+
+    return statistics.median(r["time/grad_ms"] for r in read_metrics(run_dir / "metrics.csv")[1:])
+
+
+def _standalone(cfg) -> dict[str, float]:
+    """Standalone medians (us) of the gradient and the checks of the run `cfg` composes: its
+    method, model, first batch, dtype, device, check settings and thread count."""
+    from gradlab.app.run import build_job
+    from gradlab.check import check_gradient
+    from gradlab.measure.timing import median_us
+
+    with tempfile.TemporaryDirectory() as tmp:
+        job = build_job(cfg, Path(tmp))
+    runner, data = job["module"].runner, job["batches"].data
+    model, grad_fn, check = runner.model, runner.grad_fn, runner.check
+    x, y = data.batch(0)
+    _, grads = grad_fn(model, x, y)
+    gen = torch.Generator().manual_seed(0)
+    return {
+        "grad": median_us(lambda: grad_fn(model, x, y), 1.0),
+        "directional": median_us(
+            lambda: check_gradient(
+                model,
+                x,
+                y,
+                grads,
+                mode="directional",
+                k=check.k,
+                generator=gen,
+                per_tensor=check.per_tensor,
+            ),
+            1.0,
+        ),
+        "full": median_us(lambda: check_gradient(model, x, y, grads, mode="full"), 1.0),
+    }
+
+
+def measure(device: str = "cpu", sweeps: bool = True) -> dict:
+    """All the figures in one run (see the module docstring)."""
+    import importlib.util
+
+    from gradlab.measure import timing
+
+    result: dict = {}
+    # The default run logs to W&B; where wandb is not installed (a bare GPU box) it logs CSV only.
+    logger = [] if importlib.util.find_spec("wandb") else ["logger=csv"]
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "default"
+        on = [] if device == "cpu" else [f"device={device}"]
+        result["default_run_s"] = _cli([f"hydra.run.dir={run_dir}", *logger, *on], Path(tmp))
+        logged_ms = _logged_grad_ms(run_dir)
+        # the same run without checks: how much of the gap the checks between two steps make
+        bare = Path(tmp) / "no_checks"
+        _cli([f"hydra.run.dir={bare}", "check=none", "logger=csv", *on], Path(tmp))
+        logged_bare_ms = _logged_grad_ms(bare)
+        if sweeps:
+            result["sweep12_basic_s"] = _cli([*SWEEP12, f"hydra.sweep.dir={tmp}/s1"], Path(tmp))
+            result["sweep12_joblib_s"] = _cli(
+                [*SWEEP12, "hydra/launcher=joblib", f"hydra.sweep.dir={tmp}/s2"], Path(tmp)
+            )
+    overrides = ["logger=csv"]
+    result["lightning_step_us"] = marginal_step_us(overrides, plain=False, device=device)
+    result["plain_step_us"] = marginal_step_us(overrides, plain=True, device=device)
+    default = _compose(on)  # the default run's config
+    cadence = default.check
+    alone = _standalone(default)
+    result["grad_ms_logged_vs_standalone"] = logged_ms * 1e3 / alone["grad"]
+    per_step_check = sum(
+        alone[mode] / every
+        for mode, every in (
+            ("directional", cadence.directional_every),
+            ("full", cadence.full_every),
+        )
+        if every
+    )
+    result["check_overhead_ratio"] = per_step_check / alone["grad"]
+    result["env"] = {
+        **timing.environment(),
+        "device": device if device == "cpu" else torch.cuda.get_device_name(),
+        "threads": default.threads,
+        "default_run_logger": "wandb+csv" if not logger else "csv (wandb not installed)",
+        "logged_grad_ms_median": logged_ms,
+        "logged_grad_ms_median_check_none": logged_bare_ms,
+        "standalone_grad_us": alone["grad"],
+        "standalone_check_directional_us": alone["directional"],
+        "standalone_check_full_us": alone["full"],
+        "check_cadence": {
+            "directional_every": cadence.directional_every,
+            "full_every": cadence.full_every,
+        },
+    }
+    return result
+
+
+def format_table(result: dict) -> str:
+    ratio = result["lightning_step_us"] / result["plain_step_us"]
+    rows = [
+        ("default_run_s", result["default_run_s"], "<= 15 s", result["default_run_s"] <= 15),
+        ("lightning_step_us", result["lightning_step_us"], "", None),
+        ("plain_step_us", result["plain_step_us"], "", None),
+        ("lightning / plain", ratio, "<= 2", ratio <= 2),
+        (
+            "sweep12_basic_s",
+            result.get("sweep12_basic_s"),
+            "< 90 s",
+            result["sweep12_basic_s"] < 90 if "sweep12_basic_s" in result else None,
+        ),
+        ("sweep12_joblib_s", result.get("sweep12_joblib_s"), "", None),
+        (
+            "grad_ms_logged_vs_standalone",
+            result["grad_ms_logged_vs_standalone"],
+            "0.75 .. 1.25",
+            abs(result["grad_ms_logged_vs_standalone"] - 1) <= 0.25,
+        ),
+        (
+            "check_overhead_ratio",
+            result["check_overhead_ratio"],
+            "<= 1",
+            result["check_overhead_ratio"] <= 1,
+        ),
+    ]
+    lines = ["| figure | measured | target | met |", "|---|---|---|---|"]
+    for name, value, target, met in rows:
+        shown = "-" if value is None else f"{value:.3g}"
+        verdict = "" if met is None else ("yes" if met else "**no**")
+        lines.append(f"| {name} | {shown} | {target} | {verdict} |")
+    return "\n".join(lines)
 
 
 def main() -> None:

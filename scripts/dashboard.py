@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from gradlab.dashboard import build_workspace, describe, has_api_key, spec
+from gradlab.app.dashboard import build_workspace, describe, has_api_key, spec
 
 LOGIN_HINT = (
     "Not logged in to W&B (no WANDB_API_KEY, no netrc entry): nothing was created.\n"

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gradlab.report import write_report
+from gradlab.reports.write import write_report
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,7 +30,7 @@ def main(cfg: DictConfig) -> float:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from gradlab.app.report import print_summary
+    from gradlab.app.console import print_summary
     from gradlab.app.run import RunFailed, optimized_value, train
 
     hc = HydraConfig.get()

@@ -11,7 +11,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 from gradlab.app.config import register
-from gradlab.runlog import read_summary
+from gradlab.training.record import read_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"

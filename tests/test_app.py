@@ -12,9 +12,9 @@ import torch
 from apphelpers import CONF, compose_cfg, run_cli, summary, wandb_history
 from gradlab.app.config import ConfigError, validate
 from gradlab.app.run import train
-from gradlab.data import StepBatches, make_dataset
 from gradlab.models import three_layer_relu
-from gradlab.runlog import read_metrics
+from gradlab.training.data import StepBatches, make_dataset
+from gradlab.training.record import read_metrics
 
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
 GRADS = sorted(p.stem for p in (CONF / "grad").glob("*.yaml") if p.stem != "custom")

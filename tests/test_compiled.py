@@ -7,7 +7,7 @@ import torch
 from torch._dynamo.utils import counters
 from torch.testing import assert_close
 
-from gradlab.grads import autograd, manual
+from gradlab.grads import METHODS
 from gradlab.grads.compiled import CompileError, compile_error, compiled
 from gradlab.models import MODELS, two_layer_sigmoid
 
@@ -22,7 +22,7 @@ def steps():
     reason = compile_error()
     if reason is not None:
         pytest.skip(f"torch.compile does not work on this machine: {reason}")
-    return {"autograd": compiled(autograd), "manual": compiled(manual)}
+    return {"autograd": compiled(METHODS["autograd"]), "manual": compiled(METHODS["manual"])}
 
 
 def batch(model, n=16, seed=0):
@@ -34,11 +34,11 @@ def batch(model, n=16, seed=0):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("model_name", MODELS)
-@pytest.mark.parametrize("method", [autograd, manual], ids=["autograd", "manual"])
-def test_compiled_equals_plain_and_compiles_once(steps, method, model_name, device):
+@pytest.mark.parametrize("name", ["autograd", "manual"])
+def test_compiled_equals_plain_and_compiles_once(steps, name, model_name, device):
     if device != "cpu" and (reason := compile_error(device)) is not None:
         pytest.skip(f"torch.compile does not work on {device}: {reason}")
-    step = steps[method.__name__]
+    step, method = steps[name], METHODS[name]
     model = MODELS[model_name](dtype=F64, device=device)
     x, y = batch(model)
     loss, grads = step(model, x, y)
@@ -64,7 +64,7 @@ def test_compile_failure_is_a_clear_error():
     def broken_backend(gm, example_inputs):
         raise RuntimeError("no C++ compiler here")
 
-    step = compiled(manual, backend=broken_backend)
+    step = compiled(METHODS["manual"], backend=broken_backend)
     model = two_layer_sigmoid(dtype=F64)
     with pytest.raises(CompileError, match="could not compile gradient method 'manual'.*C\\+\\+"):
         step(model, *batch(model))

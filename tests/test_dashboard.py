@@ -106,7 +106,7 @@ def test_no_key_prints_plan_and_login_hint(offline, capsys):
 
 
 def test_netrc_entry_counts_as_logged_in(offline, tmp_path, monkeypatch):
-    from gradlab.dashboard import has_api_key
+    from gradlab.app.dashboard import has_api_key
 
     assert not has_api_key()
     (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password abc123\n")

@@ -15,7 +15,7 @@ import torch
 
 from apphelpers import TRAIN, compose_cfg, run_cli, summary
 from gradlab.app.run import train
-from gradlab.runlog import read_metrics
+from gradlab.training.record import read_metrics
 
 TESTS = Path(__file__).resolve().parent
 
@@ -93,13 +93,14 @@ def test_divergence_stops_at_first_nonfinite_step(tmp_path):
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 @pytest.mark.parametrize("layout", ["dense", "expanded"])  # expanded: the fused check refuses it
 def test_nonfinite_gradient_with_a_finite_loss_stops_before_the_update(bad, layout):
-    from gradlab.grads import autograd
+    from gradlab.check import CheckSettings
+    from gradlab.grads import METHODS
     from gradlab.models import build_model
-    from gradlab.step import CheckSettings, StepRunner
+    from gradlab.training.step import StepRunner
 
     def broken_at_step_3(model, x, y):
         calls.append(None)  # one call per step: no checks, no memory probe
-        loss, grads = autograd(model, x, y)
+        loss, grads = METHODS["autograd"](model, x, y)
         if len(calls) == 4:  # step 3
             if layout == "dense":
                 grads["layer2.bias"] = grads["layer2.bias"].clone()

@@ -15,7 +15,8 @@ import torch
 from torch.testing import assert_close
 
 from gradlab.grads import METHODS, resolve
-from gradlab.models import MLP, mse_loss, three_layer_relu, two_layer_sigmoid
+from gradlab.losses import mse_loss
+from gradlab.models import MLP, three_layer_relu, two_layer_sigmoid
 
 F64 = torch.float64
 # the modules (gradlab.grads exports the methods under the same names)

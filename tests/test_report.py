@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from apphelpers import ROOT, run_cli, summary
-from gradlab import report
-from gradlab.runlog import write_summary
+from gradlab.reports import table as report_table
+from gradlab.reports import write
+from gradlab.training.record import write_summary
 
 PNG = b"\x89PNG\r\n\x1a\n"
 MODELS = ("two_layer_sigmoid", "three_layer_relu")
@@ -47,7 +48,7 @@ def _csv_rows(path: Path) -> list[dict[str, str]]:
 
 def test_sweep_table_one_row_per_method_and_model(sweep):
     rows = _csv_rows(sweep / "report.csv")
-    assert list(rows[0]) == report.COLUMNS
+    assert list(rows[0]) == report_table.COLUMNS
     assert sorted((r["model"], r["grad"]) for r in rows) == sorted(
         (m, g) for m in MODELS for g in GRADS
     )
@@ -79,7 +80,7 @@ def test_sweep_table_one_row_per_method_and_model(sweep):
 
 def test_sweep_plots_are_pngs(sweep):
     pngs = sorted(sweep.glob("*.png"))
-    assert {p.name for p in pngs} == set(report.PLOTS)
+    assert {p.name for p in pngs} == set(write.PLOTS)
     for p in pngs:
         data = p.read_bytes()
         assert data[:8] == PNG and len(data) > 10_000, p.name
@@ -91,7 +92,7 @@ def test_sweep_plots_are_pngs(sweep):
 def test_sweep_html_is_self_contained(sweep):
     page = (sweep / "report.html").read_text()
     sources = re.findall(r'src="([^"]*)"', page)
-    assert len(sources) == len(report.PLOTS)
+    assert len(sources) == len(write.PLOTS)
     assert all(s.startswith("data:image/png;base64,") for s in sources)
     assert 'src="http' not in page and "<link" not in page and "<script" not in page
     embedded = {base64.b64decode(s.split(",", 1)[1]) for s in sources}
@@ -154,7 +155,7 @@ def handmade(tmp_path) -> Path:
 
 
 def test_failed_diverged_and_seeds(handmade, tmp_path):
-    written = report.write_report([handmade], tmp_path / "out")
+    written = write.write_report([handmade], tmp_path / "out")
     assert {p.name for p in written} >= {"report.md", "report.csv", "report.html", "loss.png"}
     rows = {(r["grad"], r["status"]): r for r in _csv_rows(tmp_path / "out" / "report.csv")}
     assert set(rows) == {
@@ -185,7 +186,7 @@ def test_failed_diverged_and_seeds(handmade, tmp_path):
 
 def test_only_failed_runs_still_report(tmp_path):
     _run(tmp_path, "f", None, status="failed", reason="boom", loss_final=None)
-    written = report.write_report([tmp_path])
+    written = write.write_report([tmp_path])
     assert not [p for p in written if p.suffix == ".png"]  # nothing to plot, no crash
     assert "| failed |" in (tmp_path / "report.md").read_text()
 
@@ -204,7 +205,7 @@ def test_summary_figures_win_over_sparse_csv(tmp_path):
     # step memory was measured at; summary.json (fed every step) has them
     _run(tmp_path, "sparse", _steps([3.0, 2.0, 1.0], [1.0, 1.0, 1.0], 1e-7), loss_final=1.0,
          grad_rel_err_max=0.25, peak_mem_mb=0.9, grad_ms_median=1.5)  # fmt: skip
-    report.write_report([tmp_path], tmp_path / "out")
+    write.write_report([tmp_path], tmp_path / "out")
     (row,) = _csv_rows(tmp_path / "out" / "report.csv")
     assert float(row["rel_err_max"]) == 0.25
     assert float(row["peak_mem_mb"]) == 0.9 and float(row["grad_ms_median"]) == 1.5

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gradlab import rules
 from gradlab.check import check_function
+from gradlab.studies import rules
 
 PUBLISHED = [name for name, (_, published, _) in rules.VARIANTS.items() if published]
 WRONG_EVERYWHERE = {"product_log", "quotient_log"}

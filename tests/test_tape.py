@@ -1,4 +1,5 @@
-"""The tape (gradlab.tape) against torch autograd in float64: each op, reuse, broadcasting, MLPs."""
+"""The tape (gradlab.grads.tape) against torch autograd in float64: each op, reuse,
+broadcasting, MLPs."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from gradlab.grads import METHODS, autograd
-from gradlab.models import MLP, mse_loss
-from gradlab.tape import Tape, unbroadcast
+from gradlab.grads import METHODS
+from gradlab.grads.tape import Tape, unbroadcast
+from gradlab.losses import mse_loss
+from gradlab.models import MLP
+
+autograd = METHODS["autograd"]
 
 F64 = torch.float64
 

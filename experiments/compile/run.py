@@ -1,7 +1,8 @@
 """Does torch.compile pay off for a gradient step? Compile time vs per-gradient time, both MLPs.
 
 For each (model, method): the first call of gradlab.grads.compiled(method) (the compilation),
-then the warm median time per gradient, plain and compiled (gradlab.bench.median_us). Writes
+then the warm median time per gradient, plain and compiled (gradlab.measure.timing.median_us).
+Writes
 results.json, results.md and the README's marked results section (results_cuda.* and the
 ``results-cuda`` section for ``--device cuda``). By default inductor's on-disk caches start
 empty (a temporary TORCHINDUCTOR_CACHE_DIR), so the compile times are cold ones.
@@ -18,11 +19,11 @@ from pathlib import Path
 
 import torch
 
-from gradlab import bench
 from gradlab.grads import METHODS
 from gradlab.grads.compiled import compile_error, compiled
+from gradlab.measure import timing
 from gradlab.models import MODELS, build_model
-from gradlab.notebook import write_results
+from gradlab.studies.results import write_results
 
 HERE = Path(__file__).resolve().parent
 
@@ -42,8 +43,8 @@ def measure(models, methods, dtype_name, batch, device, min_run_time, repeats) -
     startup_s = time.perf_counter() - t0
     rows = []
     for model_name in models:
-        model = build_model(model_name, dtype=bench.DTYPES[dtype_name], device=device)
-        x, y = (t.to(device) for t in bench.make_batch(model, bench.DTYPES[dtype_name], batch))
+        model = build_model(model_name, dtype=timing.DTYPES[dtype_name], device=device)
+        x, y = (t.to(device) for t in timing.make_batch(model, timing.DTYPES[dtype_name], batch))
         for method in methods:
             plain, step = METHODS[method], compiled(METHODS[method])
             t0 = time.perf_counter()
@@ -53,7 +54,7 @@ def measure(models, methods, dtype_name, batch, device, min_run_time, repeats) -
             times: dict[str, list[float]] = {"plain": [], "compiled": []}
             for _ in range(repeats):  # interleaved; the lowest median counts
                 for kind, fn in (("plain", plain), ("compiled", step)):
-                    times[kind].append(bench.median_us(partial(fn, model, x, y), min_run_time))
+                    times[kind].append(timing.median_us(partial(fn, model, x, y), min_run_time))
             plain_us, compiled_us = min(times["plain"]), min(times["compiled"])
             gain_us = plain_us - compiled_us
             rows.append(
@@ -107,8 +108,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--methods", nargs="+", default=["autograd", "manual"], choices=METHODS)
-    parser.add_argument("--dtype", default="float32", choices=list(bench.DTYPES))
-    parser.add_argument("--batch", type=int, default=bench.BATCH)
+    parser.add_argument("--dtype", default="float32", choices=list(timing.DTYPES))
+    parser.add_argument("--batch", type=int, default=timing.BATCH)
     parser.add_argument("--min-run-time", type=float, default=0.2, help="seconds per timing")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved timings, lowest kept")
     # One thread: a 100-row MLP gradient is too small to gain from intra-op threads, and on
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
             args.min_run_time,
             args.repeats,
         )
-    env = bench.environment()
+    env = timing.environment()
     env["device"] = args.device
     env["gpu"] = torch.cuda.get_device_name() if args.device == "cuda" else None
     env["inductor_cache"] = "kept (warm)" if args.warm_cache else "empty at start (cold)"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from gradlab import rules
-from gradlab.notebook import rewrite_section
+from gradlab.studies import rules
+from gradlab.studies.results import rewrite_section
 
 HERE = Path(__file__).resolve().parent
 MB = 1e6  # decimal megabytes; one 1000x1000 float32 tensor is 4.0 MB (3.81 MiB)

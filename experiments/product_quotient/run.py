@@ -6,7 +6,7 @@
 Writes results.json, results.md and product_quotient.png into --out (the tables and the plot are
 made by report.py beside this file). Correctness is judged in
 float64 by torch.autograd.gradcheck (small tensors) and in float32 against the exact gradient
-(gradlab.rules.exact_grads); cost at --size x --size float32, the article's 1000x1000.
+(gradlab.studies.rules.exact_grads); cost at --size x --size float32, the article's 1000x1000.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from gradlab import bench, memory, rules
 from gradlab.check import check_function
-from gradlab.runlog import json_safe
+from gradlab.measure import memory, timing
+from gradlab.studies import rules
+from gradlab.training.record import json_safe
 from report import MB, PUBLISHED, from_json_safe, ratios, report
 
 HERE = Path(__file__).resolve().parent
@@ -111,8 +112,8 @@ def timings(fn, x, y, g, min_run_time: float) -> tuple[list[float], list[float]]
     """Per-call seconds of warm forward and backward runs (torch.utils.benchmark blocks)."""
     x, y = x.detach().requires_grad_(), y.detach().requires_grad_()
     z = fn(x, y)
-    fwd = bench.timer(lambda: fn(x, y))  # at the current thread count (--threads)
-    bwd = bench.timer(lambda: torch.autograd.grad(z, (x, y), g, retain_graph=True))
+    fwd = timing.timer(lambda: fn(x, y))  # at the current thread count (--threads)
+    bwd = timing.timer(lambda: torch.autograd.grad(z, (x, y), g, retain_graph=True))
     return tuple(t.blocked_autorange(min_run_time=min_run_time).times for t in (fwd, bwd))
 
 
@@ -204,11 +205,12 @@ def main(argv: list[str] | None = None) -> None:
     peak_method = (
         "torch.cuda.max_memory_allocated"
         if device.type == "cuda"
-        else "live tensor storage counted by gradlab.memory.peak_bytes (a TorchDispatchMode; "
+        else "live tensor storage counted by gradlab.measure.memory.peak_bytes "
+        "(a TorchDispatchMode; "
         "the CPU profiler's allocation events, profile_memory=True, give the same figure: "
         "peak_MB_profiler in results.json)"
     )
-    env = bench.environment()
+    env = timing.environment()
     cpu = f"{env['cpu']}, {env['cores']} cores"
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu
     meta = {

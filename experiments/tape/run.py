@@ -1,6 +1,7 @@
 """What does a hand-rolled tape cost per gradient, next to autograd, manual and function?
 
-Times the gradient methods with gradlab.bench (warm medians of torch.utils.benchmark), both MLPs,
+Times the gradient methods with gradlab.measure.timing (warm medians of torch.utils.benchmark),
+both MLPs,
 batch 100, float32 and float64; the whole sweep is repeated and each figure is the lowest of the
 repeats. Writes results.json, results.md and the README's marked results section.
 """
@@ -12,9 +13,9 @@ from pathlib import Path
 
 import torch
 
-from gradlab import bench
+from gradlab.measure import timing
 from gradlab.models import MODELS
-from gradlab.notebook import write_results
+from gradlab.studies.results import write_results
 
 HERE = Path(__file__).resolve().parent
 METHODS = ("tape", "autograd", "manual", "function")
@@ -24,9 +25,13 @@ def measure(models, methods, dtypes, batch, repeats, quick) -> list[dict]:
     """One row per (model, dtype, method): the lowest median over ``repeats`` sweeps."""
     best: dict[tuple[str, str, str], float] = {}
     for _ in range(repeats):  # whole sweeps, so other load on shared cores spreads over methods
-        for row in bench.run(models, methods, dtypes, batch, quick):
-            key = (row.model, row.dtype, row.method)
-            best[key] = min(best.get(key, float("inf")), row.median_us)
+        cases = timing.method_cases(models, methods, dtypes, batch)
+        rounds, min_run_time = (1, 0.01) if quick else (10, 0.05)
+        for (model, method, dtype), us in timing.round_robin_medians(
+            cases, rounds, min_run_time
+        ).items():
+            key = (model, dtype, method)
+            best[key] = min(best.get(key, float("inf")), us)
     return [
         {"model": m, "dtype": d, "method": k, "batch": batch, "median_us": us}
         for (m, d, k), us in best.items()
@@ -63,8 +68,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
-    parser.add_argument("--dtypes", nargs="+", default=list(bench.DTYPES), choices=bench.DTYPES)
-    parser.add_argument("--batch", type=int, default=bench.BATCH)
+    parser.add_argument("--dtypes", nargs="+", default=list(timing.DTYPES), choices=timing.DTYPES)
+    parser.add_argument("--batch", type=int, default=timing.BATCH)
     parser.add_argument("--repeats", type=int, default=5, help="sweeps; the lowest median counts")
     # One thread: these gradients are too small to gain from intra-op threads, and on shared
     # cores a second thread that waits for a busy core costs milliseconds.
@@ -76,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error("--methods must include tape, autograd and manual (the table's ratios)")
     torch.set_num_threads(args.threads)
     rows = measure(args.models, args.methods, args.dtypes, args.batch, args.repeats, args.quick)
-    result = {"env": bench.environment(), "repeats": args.repeats, "rows": rows}
+    result = {"env": timing.environment(), "repeats": args.repeats, "rows": rows}
     markdown = to_markdown(result)
     print(markdown)
     write_results(args.out_dir, "results", result, markdown)

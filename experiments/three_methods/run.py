@@ -3,7 +3,7 @@
     python experiments/three_methods/run.py [--steps 200] [--device cpu|cuda] [--out DIR]
 
 Runs one sweep through the real CLI (experiment=three_methods: 3-layer ReLU 4-16-16-1, 100
-samples, SGD lr 0.01; float32 and float64), reports it with gradlab.report, and writes
+samples, SGD lr 0.01; float32 and float64), reports it with gradlab.reports.table, and writes
 results.json, results.md and the plots into --out (default: this folder), then rewrites the
 results section of README.md. Nothing in the tables is typed by hand.
 """
@@ -73,9 +73,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
-    from gradlab.bench import environment
-    from gradlab.notebook import rewrite_section
-    from gradlab.report import write_report
+    from gradlab.measure.timing import environment
+    from gradlab.reports.write import write_report
+    from gradlab.studies.results import rewrite_section
 
     with tempfile.TemporaryDirectory() as tmp:
         sweep = Path(tmp) / "sweep"

@@ -30,6 +30,8 @@ from gradlab.models import MLP
 
 # Upper bound on the activations one chunk of perturbed sets may hold.
 DEFAULT_MAX_BYTES = 16 * 2**20
+# A difference that straddles a ReLU kink is redone with a step this much smaller.
+KINK_RECHECK_FACTOR = 0.1
 
 
 class Forward(NamedTuple):
@@ -258,3 +260,44 @@ def function_differences(
         total = (f * w).flatten(1).sum(1)  # (2c,)
         out[start:stop] = (total[:c] - total[c:]) / 2
     return out
+
+
+def with_kink_recheck(differences) -> tuple[Tensor, Tensor | None, int]:
+    """differences(rows, f) -> (fd, kinked) of the step rows `rows` (None: all) scaled by f.
+    All rows at f = 1, then the kinked ones again with a step ten times smaller: those still
+    kinked are to be excluded. Returns fd in the units of the full step, the exclusion mask
+    (None when there were no kinks) and the number of kinks found."""
+    values, kinked = differences(None, 1.0)
+    again = kinked.nonzero().squeeze(1)
+    if not again.numel():
+        return values, None, 0
+    redo, still = differences(again, KINK_RECHECK_FACTOR)
+    values[again] = redo / KINK_RECHECK_FACTOR
+    kinked[again] = still
+    return values, kinked, again.numel()
+
+
+def coordinate_fd(
+    point: EvaluationPoint, h_vec: Tensor, max_bytes: int = DEFAULT_MAX_BYTES
+) -> list[tuple[Tensor, Tensor | None, int]]:
+    """Per layer (whose coordinates share its forward): the central-difference derivative of
+    every coordinate (steps h_vec), with the kink re-check: (fd / h, excluded or None, kinks)."""
+    out = []
+    for layer, (a, b) in enumerate(point.spans):
+        h = h_vec[a:b]
+        diffs, excluded, n = with_kink_recheck(
+            lambda rows, f, layer=layer, h=h: coordinate_differences(
+                point, layer, h * f, rows, max_bytes
+            )
+        )
+        out.append((diffs / h, excluded, n))
+    return out
+
+
+def direction_fd(
+    point: EvaluationPoint, s: Tensor, max_bytes: int = DEFAULT_MAX_BYTES
+) -> tuple[Tensor, Tensor | None, int]:
+    """Central differences along the step rows s (m, n), with the kink re-check."""
+    return with_kink_recheck(
+        lambda rows, f: direction_differences(point, s if rows is None else s[rows] * f, max_bytes)
+    )

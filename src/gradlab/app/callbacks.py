@@ -13,7 +13,7 @@ class SweepSummary(Callback):
     """Writes <sweep dir>/summary.csv and summary.md, a row per job, and prints the table."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from gradlab.sweep import summarize_sweep
+        from gradlab.reports.sweep import summarize_sweep
 
         table = summarize_sweep(Path(config.hydra.sweep.dir))
         print(table)

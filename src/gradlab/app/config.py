@@ -7,10 +7,10 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from gradlab.data import DATASETS
+from gradlab.check import CheckSettings as CheckConfig  # the checks' own settings are the schema
 from gradlab.grads import METHODS
 from gradlab.models import MODELS
-from gradlab.step import CheckSettings as CheckConfig  # the step's own settings are the schema
+from gradlab.training.data import DATASETS
 
 OPTIMIZERS = ("sgd", "adam", "gd")
 DEVICES = ("auto", "cpu", "cuda")

@@ -19,7 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from gradlab.app.config import ConfigError, validate
-from gradlab.runlog import MetricsCSV, RunStats, write_summary
+from gradlab.training.record import MetricsCSV, RunStats, write_summary
 
 
 class _Terminated(Exception):
@@ -195,12 +195,13 @@ def quiet_lightning() -> None:
 def build_job(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     import lightning as L
 
-    from gradlab.data import StepBatches, make_dataset
+    from gradlab.app.module import GradLabModule, InterruptCheckpoint
+    from gradlab.check import CheckSettings
     from gradlab.grads import resolve
     from gradlab.models import build_model
-    from gradlab.module import GradLabModule, InterruptCheckpoint
-    from gradlab.optim import build_optimizer
-    from gradlab.step import CheckSettings, StepRunner
+    from gradlab.training.data import StepBatches, make_dataset
+    from gradlab.training.optim import build_optimizer
+    from gradlab.training.step import StepRunner
 
     quiet_lightning()
     device = resolve_device(cfg.device.name)

@@ -1,7 +1,7 @@
 """Gradient methods: name -> callable(model, x, y) -> (loss, {parameter name: gradient}).
 
 Every method has the same signature: given an ``MLP`` and a batch (x: (B, D_in), y: (B, D_out)) it
-returns the 0-d loss (gradlab's MSE convention, see gradlab.models) and a dict with one gradient
+returns the 0-d loss (gradlab's MSE convention, see gradlab.losses) and a dict with one gradient
 tensor per named parameter, shaped like the parameter. Users bring their own method as an import
 path ("package.module.function" or "package.module:function") to any callable of that signature.
 """
@@ -13,23 +13,19 @@ from collections.abc import Callable
 
 from torch import Tensor
 
-from gradlab.grads.autograd import autograd
-from gradlab.grads.function import function
-from gradlab.grads.fused import fused
-from gradlab.grads.manual import manual
-from gradlab.grads.numerical import numerical
-from gradlab.grads.tape import tape
+from gradlab.grads import autograd, function, fused, manual, numerical, tape
 from gradlab.models import MLP
 
 GradMethod = Callable[[MLP, Tensor, Tensor], "tuple[Tensor, dict[str, Tensor]]"]
 
+# each method is its module's ``gradient`` function
 METHODS: dict[str, GradMethod] = {
-    "autograd": autograd,
-    "manual": manual,
-    "function": function,
-    "fused": fused,
-    "numerical": numerical,
-    "tape": tape,
+    "autograd": autograd.gradient,
+    "manual": manual.gradient,
+    "function": function.gradient,
+    "fused": fused.gradient,
+    "numerical": numerical.gradient,
+    "tape": tape.gradient,
 }
 
 
@@ -52,3 +48,13 @@ def resolve(method: str | GradMethod) -> GradMethod:
     if not callable(fn):
         raise ValueError(f"gradient method {method!r} is not callable")
     return fn
+
+
+def method_name(fn: GradMethod) -> str:
+    """The name a method goes by: its key in METHODS, else its import path."""
+    for name, method in METHODS.items():
+        if method is fn:
+            return name
+    qualname = getattr(fn, "__qualname__", type(fn).__name__)
+    module = getattr(fn, "__module__", None)
+    return f"{module}.{qualname}" if module else qualname

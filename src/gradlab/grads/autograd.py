@@ -5,10 +5,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from gradlab.models import MLP, mse_loss
+from gradlab.losses import mse_loss
+from gradlab.models import MLP
 
 
-def autograd(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+def gradient(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
     """Loss and d loss / d parameter for every named parameter, by torch.autograd.grad."""
     names, params = zip(*model.named_parameters())
     with torch.enable_grad():

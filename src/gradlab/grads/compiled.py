@@ -26,7 +26,7 @@ from collections.abc import Hashable
 import torch
 from torch import Tensor
 
-from gradlab.grads import GradMethod
+from gradlab.grads import GradMethod, method_name
 from gradlab.models import MLP
 
 
@@ -49,7 +49,7 @@ def compiled(method_fn: GradMethod, **compile_kwargs) -> GradMethod:
     ``len(step.cache)`` is the number of compilations it has done.
     """
     compile_kwargs.setdefault("dynamic", False)  # one specialization per key, as cached here
-    name = getattr(method_fn, "__name__", type(method_fn).__name__)
+    name = method_name(method_fn)
     cache: dict[Hashable, GradMethod] = {}
 
     def step(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
@@ -69,7 +69,7 @@ def compiled(method_fn: GradMethod, **compile_kwargs) -> GradMethod:
             ) from e
 
     step.cache = cache
-    step.__name__ = step.__qualname__ = f"compiled_{name}"
+    step.__name__ = step.__qualname__ = f"compiled_{name.rpartition('.')[2]}"
     step.__doc__ = f"{name} under torch.compile({compile_kwargs}), compiled once per shape."
     return step
 

@@ -95,7 +95,7 @@ relu = ReLUFunction.apply
 mse = MSEFunction.apply
 
 
-def function(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+def gradient(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
     """Loss and gradients with every primitive a custom Function (autograd only chains them)."""
     act = sigmoid if model.activation == "sigmoid" else relu
     names, params = zip(*model.named_parameters())

@@ -43,7 +43,7 @@ class LinearActFunction(torch.autograd.Function):
 linear_act = LinearActFunction.apply
 
 
-def fused(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+def gradient(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
     """Loss and gradients with one custom Function per hidden layer, plus linear and MSE."""
     names, params = zip(*model.named_parameters())
     *hidden, last = model.layers

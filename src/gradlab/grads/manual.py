@@ -27,7 +27,7 @@ from gradlab.models import MLP
 
 
 @torch.no_grad()
-def manual(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+def gradient(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
     """Loss and gradients by the formulas above; only forward activations are kept."""
     relu = model.activation == "relu"
     layers = model.layers

@@ -5,7 +5,7 @@ evaluated in the model's own dtype (so float32 training sees float32 truncation 
 all 2n perturbed parameter sets in chunked batched forwards, layer by layer (gradlab.fd).
 
 A central difference that straddles a ReLU kink is a secant, not a derivative: as in the checker,
-such coordinates are redone with a step ten times smaller (gradlab.check's kink re-check).
+such coordinates are redone with a step ten times smaller (gradlab.fd.with_kink_recheck).
 """
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ import torch
 from torch import Tensor
 
 from gradlab import fd
-from gradlab.check import coordinate_fd
-from gradlab.models import MLP, mse_loss
+from gradlab.losses import mse_loss
+from gradlab.models import MLP
 
 
 @torch.no_grad()
-def numerical(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+def gradient(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
     """Loss at theta and the central-difference gradient of every parameter element."""
     point = fd.evaluation_point(model, x, y, dtype=model.layer1.weight.dtype)
     h = fd.default_steps(point.theta)
-    flat = torch.cat([derivative for derivative, _, _ in coordinate_fd(point, h)])
+    flat = torch.cat([derivative for derivative, _, _ in fd.coordinate_fd(point, h)])
     grads = flat.split([shape.numel() for shape in point.shapes.values()])
     loss = mse_loss(point.forward.pre[-1], point.y)  # transposed: the same mean
     return loss, {name: g.view(point.shapes[name]) for name, g in zip(point.shapes, grads)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradlab.sweep import cell
+from gradlab.reports.format import cell
 
 
 def _fmt(value: Any) -> str:

@@ -1,33 +1,22 @@
-"""Comparison report of finished runs: article 004's table, measured, as report.md/.csv, four PNG
-plots and one self-contained report.html. Reads only what runs wrote (summary.json, metrics.csv)."""
+"""The comparison table of finished runs: article 004's table, measured. Runs that agree on
+KEY are repeats (seeds) of one configuration and are aggregated into one row."""
 
 from __future__ import annotations
 
-import base64
-import csv
-import html
 import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from gradlab.runlog import read_metrics
-from gradlab.sweep import cell, job_summary, markdown_table, tally
+from gradlab.reports.format import cell, tally
+from gradlab.reports.runs import Run
 
-# Runs that agree on all of these are repeats (seeds) of one configuration and are aggregated.
 KEY = ("model", "grad", "method", "optimizer", "lr", "dtype", "device", "data")
 GRAD_ORDER = ("autograd", "manual", "function", "fused", "tape", "numerical")
 COLUMNS = [*KEY, "n", "status", "steps", "grad_ms_median", "grad_ms_p25", "grad_ms_p75"]
 COLUMNS += ["step_ms_median", "peak_mem_mb", "rel_err_max", "rel_err_median", "grad_check"]
 COLUMNS += ["loss_final", "reason"]
-PLOTS = {  # file -> caption
-    "loss.png": "Training loss per step (curves that coincide show as staggered markers)",
-    "grad_rel_err.png": "Gradient relative error against central finite differences per step",
-    "grad_ms.png": "Time of one gradient computation, distribution over steps",
-    "peak_mem.png": "Peak memory of one gradient computation",
-}
 
 
 def _num(value: Any) -> float | None:
@@ -54,43 +43,6 @@ def _quartiles(xs: list[float]) -> tuple[float | None, float | None]:
         return (xs[0], xs[0]) if xs else (None, None)
     q = statistics.quantiles(xs, n=4, method="inclusive")
     return q[0], q[2]
-
-
-@dataclass
-class Run:
-    dir: Path
-    summary: dict[str, Any]
-    metrics: list[dict[str, float]]
-
-    def series(self, key: str) -> tuple[list[float], list[float]]:
-        """(steps, values) of a metrics.csv column, rows where it was measured and finite."""
-        rows = [r for r in self.metrics if key in r and math.isfinite(r[key]) and "step" in r]
-        return [r["step"] for r in rows], [r[key] for r in rows]
-
-    def check_verdict(self) -> str:
-        # A recorded first failure is a failed check whatever grad_check says.
-        if self.summary.get("grad_check_first_fail"):
-            return "fail"
-        return self.summary.get("grad_check") or "none"
-
-
-def find_run_dirs(paths: Iterable[Path]) -> list[Path]:
-    """Every dir under `paths` holding a summary.json, or Hydra's .hydra (a job that crashed)."""
-    found: set[Path] = set()
-    for root in paths:
-        for marker in ("summary.json", ".hydra"):
-            found.update(p.parent.resolve() for p in root.rglob(marker))
-    return sorted(found)
-
-
-def load_run(run_dir: Path) -> Run:
-    summary = job_summary(run_dir)  # status and reason settled for a job that did not finish
-    summary["reason"] = summary.get("reason") or ""
-    try:
-        metrics = read_metrics(run_dir / "metrics.csv")
-    except (OSError, ValueError):
-        metrics = []
-    return Run(run_dir, summary, metrics)
 
 
 def _key(run: Run) -> tuple:
@@ -260,85 +212,3 @@ class Report:
             for k, r in zip(self.groups, self.rows)
             if r["reason"]
         ]
-
-
-EXPLAINED = [
-    "grad ms: the gradient method alone (loss and gradients), median over steps; in brackets "
-    "the 25th–75th percentile over all steps of all runs.",
-    "step ms: the whole training step, which also runs the finite-difference check and the "
-    "optimizer step.",
-    "peak mem: the most memory one gradient computation allocated (PyTorch tensor storage).",
-    "rel err: ‖g − g_fd‖ / max(‖g‖, ‖g_fd‖) against central finite differences in float64, "
-    "max and median over the checks; check: the verdict against the dtype's tolerance.",
-    "n: runs with the same configuration (seeds): figures are medians across them, rel err max "
-    "the worst; a run that diverged ends on a non-finite loss.",
-    "Article 004 published (3-layer ReLU 4-16-1): autograd 1.2 ms, 8.3 MB, 1e-16; manual BP "
-    "2.8 ms, 7.9 MB, 1e-16; finite differences 45 ms, 12.1 MB, 1e-7.",
-]
-
-
-def markdown(report: Report, sources: list[str], images: list[str]) -> str:
-    cols, rows = report.table()
-    parts = ["# gradlab report", " ".join(report.intro(sources)), markdown_table(rows, cols)]
-    parts.append("\n".join(f"- {line}" for line in EXPLAINED))
-    if notes := report.notes():
-        parts += ["## Problems", "\n".join(f"- {n}" for n in notes)]
-    parts += ["## Plots", *(f"![{PLOTS[name]}]({name})" for name in images)]
-    return "\n\n".join(parts) + "\n"
-
-
-STYLE = """body{font-family:sans-serif;margin:2em;max-width:80em}
-table{border-collapse:collapse;font-size:90%}th,td{border:1px solid #ccc;padding:.25em .5em}
-td{text-align:right}td:nth-child(-n+2){text-align:left}th{background:#f4f4f4}
-img{max-width:100%}figure{margin:1.5em 0}"""
-
-
-def html_page(report: Report, sources: list[str], images: dict[str, bytes]) -> str:
-    """The report as one HTML file: every image inline as a base64 data URI."""
-    e = html.escape
-    cols, rows = report.table()
-    head = "".join(f"<th>{e(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{e(r[c])}</td>" for c in cols) + "</tr>" for r in rows)
-    parts = [f"<h1>gradlab report</h1><p>{e(' '.join(report.intro(sources)))}</p>"]
-    parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-    parts.append("<ul>" + "".join(f"<li>{e(x)}</li>" for x in EXPLAINED) + "</ul>")
-    if notes := report.notes():
-        parts.append("<h2>Problems</h2><ul>")
-        parts.append("".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
-    parts.append("<h2>Plots</h2>")
-    for name, png in images.items():
-        data = base64.b64encode(png).decode("ascii")
-        parts.append(
-            f'<figure><img alt="{e(PLOTS[name])}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{e(PLOTS[name])}</figcaption></figure>"
-        )
-    return (
-        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>gradlab report</title>'
-        f"<style>{STYLE}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n"
-    )
-
-
-def write_report(paths: list[Path], out: Path | None = None) -> list[Path]:
-    """Report on every run under `paths` into `out` (default: the first path); the files written."""
-    runs = [load_run(d) for d in find_run_dirs(paths)]
-    if not runs:
-        raise FileNotFoundError(f"no runs (no summary.json) under {', '.join(map(str, paths))}")
-    out = Path(out or paths[0])
-    out.mkdir(parents=True, exist_ok=True)
-    report = Report.build(runs)
-    sources = [str(p) for p in paths]
-    written, images = [], {}
-    from gradlab.plots import Plotter  # matplotlib only when figures are drawn
-
-    for name, fig in Plotter(report).figures().items():
-        if fig is not None:
-            fig.savefig(out / name, dpi=110)
-            images[name] = (out / name).read_bytes()
-            written.append(out / name)
-    with (out / "report.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(report.rows)  # full precision; NaN as "nan"
-    (out / "report.md").write_text(markdown(report, sources, list(images)))
-    (out / "report.html").write_text(html_page(report, sources, images))
-    return [out / "report.md", out / "report.csv", out / "report.html", *written]

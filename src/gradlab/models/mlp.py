@@ -1,9 +1,4 @@
-"""The two MLPs of the articles as plain nn.Modules, a batched functional forward, and the MSE loss.
-
-Loss convention, used everywhere in gradlab (every method, the checker, training):
-
-    L = mean over all B * D_out elements of (y_hat - y)^2        (torch.nn.functional.mse_loss)
-    dL/dy_hat = 2 * (y_hat - y) / (B * D_out)
+"""The two MLPs of the articles as plain nn.Modules.
 
 Parameters are named ``layer1.weight``, ``layer1.bias``, ``layer2.weight``, ... in forward order;
 ``layerK.weight`` has shape (D_out_K, D_in_K) as in ``nn.Linear``.
@@ -18,11 +13,6 @@ import torch
 from torch import Tensor, nn
 
 ACTIVATIONS = ("sigmoid", "relu")
-
-
-def mse_loss(y_hat: Tensor, y: Tensor) -> Tensor:
-    """Mean squared error over every element (gradlab's single loss convention)."""
-    return torch.mean((y_hat - y) ** 2)
 
 
 def activate(z: Tensor, activation: str) -> Tensor:
@@ -78,13 +68,3 @@ def two_layer_sigmoid(d_in: int = 2, hidden: int = 4, d_out: int = 1, **kw) -> M
 def three_layer_relu(d_in: int = 4, hidden: int = 16, d_out: int = 1, **kw) -> MLP:
     """Article 004's experiment net: D_in -> H ReLU -> H ReLU -> D_out (default 4-16-16-1)."""
     return MLP([d_in, hidden, hidden, d_out], "relu", **kw)
-
-
-MODELS = {"two_layer_sigmoid": two_layer_sigmoid, "three_layer_relu": three_layer_relu}
-
-
-def build_model(name: str, **kw) -> MLP:
-    """Build a model by name: one of MODELS."""
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; allowed: {', '.join(MODELS)}")
-    return MODELS[name](**kw)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gradlab.runlog import json_safe
+from gradlab.training.record import json_safe
 
 
 def rewrite_section(readme: Path, text: str, section: str = "results") -> None:

@@ -1,4 +1,5 @@
-"""The LightningModule: a thin shell that runs gradlab.step.StepRunner for each optimizer step.
+"""The LightningModule: a thin shell that runs gradlab.training.step.StepRunner for each optimizer
+step.
 
 Manual optimization: the method's gradients are written to ``.grad`` and the optimizer steps.
 One Lightning batch is a group of consecutive optimizer steps (``trainer.inner_steps``; each
@@ -16,7 +17,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from gradlab.step import StepRunner
+from gradlab.training.step import StepRunner
 
 
 class GradLabModule(L.LightningModule):
@@ -43,7 +44,7 @@ class GradLabModule(L.LightningModule):
         self.runner.reseed(self.global_step)
 
     def training_step(self, batch, batch_idx):
-        """The optimizer steps of one group: batch is [(step, x, y), ...] (gradlab.data)."""
+        """The optimizer steps of one group: batch is [(step, x, y), ...] (training.data)."""
         optimizer = self.optimizers()
         for step, x, y in batch:
             if step >= self.trainer.max_steps:  # the last group may reach past the run's end

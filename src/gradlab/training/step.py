@@ -1,7 +1,7 @@
 """One training step, free of Lightning: gradient by the chosen method, checks, optimizer step.
 
-The LightningModule (gradlab.module) and the plain PyTorch loop that benchmarks it
-(gradlab.app.perf) both call StepRunner, so they do identical work per step.
+The LightningModule (gradlab.app.module) and the plain PyTorch loop that benchmarks it
+(scripts/bench.py) both call StepRunner, so they do identical work per step.
 """
 
 from __future__ import annotations
@@ -9,32 +9,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from gradlab.check import check_gradient
-from gradlab.memory import peak_bytes
+from gradlab.check import CheckSettings, check_gradient
+from gradlab.measure.memory import peak_bytes
 from gradlab.models import MLP
-
-
-@dataclass
-class CheckSettings:
-    """How often the finite-difference checks run (0 = never) and how they judge; also the
-    config schema of `check` (gradlab.app.config). The default cadence keeps the checks' cost
-    per step below one gradient of the default run (issue 7)."""
-
-    directional_every: int = 10  # directional FD check every N steps (0 = never)
-    full_every: int = 100  # full FD check every N steps (0 = never)
-    k: int = 4  # random directions per directional check (per tensor with per_tensor), >= 1
-    # directional: k directions per parameter tensor on every check (T times the work, errors per
-    # tensor each time) instead of k global ones that escalate to per-tensor only on a failure
-    per_tensor: bool = False
-    h: float | None = None  # relative step; None = cbrt(float64 eps)
-    tol: float | None = None  # pass threshold; None = by gradient dtype (see gradlab.check)
-    fail_fast: bool = False  # stop the run at the first failing check
-
 
 # GradScaler's fused NaN/inf test (private, but what torch.amp itself calls); None if it goes.
 _FUSED_CHECK = getattr(torch, "_amp_foreach_non_finite_check_and_unscale_", None)

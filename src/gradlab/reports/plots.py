@@ -1,5 +1,5 @@
 """The report's four figures (loss, gradient error, gradient time, peak memory) with matplotlib:
-a panel per model that has data, a colour per gradient method. Used by gradlab.report."""
+a panel per model that has data, a colour per gradient method. Used by gradlab.reports.write."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from gradlab.report import Report, Run, order_key
+from gradlab.reports.runs import Run
+from gradlab.reports.table import Report, order_key
 
 MARKERS = "osD^vPX*"
 LINESTYLES = ("-", "--", ":", "-.")

@@ -1,0 +1,1 @@
+"""What a gradient costs: timers and peak memory of one call."""
