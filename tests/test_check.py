@@ -154,14 +154,15 @@ def test_nan_or_zero_gradient_fails_without_an_exception(mode, make_batch):
 
 
 def _kinked_relu_net(make_batch):
-    """three_layer_relu with hidden unit 3 of layer 1 at pre-activation 1e-9 for sample 0:
-    a step of ~6e-6 on any parameter feeding it moves it across 0."""
+    """three_layer_relu with hidden unit 3 of layer 1 at pre-activation 1e-12 for sample 0:
+    a step of the default size (~1.5e-8, a tenth of it on the kink re-check) on any parameter
+    feeding it moves it across 0."""
     model = three_layer_relu(seed=0, dtype=F64)
     x, y = make_batch(model)
     with torch.no_grad():
         z = model.layer1(x)
-        model.layer1.bias[3] -= z[0, 3] - 1e-9
-        assert abs(float(model.layer1(x)[0, 3]) - 1e-9) < 1e-12
+        model.layer1.bias[3] -= z[0, 3] - 1e-12
+        assert abs(float(model.layer1(x)[0, 3]) - 1e-12) < 1e-15
     return model, x, y
 
 

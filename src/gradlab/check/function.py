@@ -61,7 +61,7 @@ def check_function(
             g = torch.full_like(theta, math.nan)
     if tol is None:
         tol = DEFAULT_TOL[torch.float64]
-    h_vec = fd.default_steps(theta, h)
+    h_vec = fd.plain_steps(theta, h)
     sizes = tuple(v.numel() for v in xs)
     starts = [sum(sizes[:t]) for t in range(len(sizes) + 1)]
     if mode == "directional":

@@ -31,6 +31,7 @@ class CheckResult:
     n_compared: int
     tol: float
     error: str = ""  # why the gradient could not be computed (then rel_err is inf)
+    coverage: float = 1.0  # the fraction of coordinates a (sampled) full check compared
     passed: bool = field(init=False)
 
     def __post_init__(self):

@@ -25,5 +25,5 @@ def gradient(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor
     h = fd.default_steps(point.theta)
     flat = torch.cat([derivative for derivative, _, _ in fd.coordinate_fd(point, h)])
     grads = flat.split([shape.numel() for shape in point.shapes.values()])
-    loss = mse_loss(point.forward.pre[-1], point.y)  # transposed: the same mean
+    loss = mse_loss(point.forward.pre[-1], point.y)
     return loss, {name: g.view(point.shapes[name]) for name, g in zip(point.shapes, grads)}

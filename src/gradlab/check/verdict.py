@@ -1,0 +1,152 @@
+"""The verdict of a training step's check: is the method's math right, and is its gradient as
+precise as the run's dtype allows? The specification is gradlab.check's docstring."""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from gradlab import fd
+from gradlab.check import gradient, precision, reference
+from gradlab.check.result import CheckResult
+from gradlab.check.settings import CheckSettings
+
+# Math is judged in float64: a correct gradient meets the exact differences to ~1e-13 (rounding,
+# amplified where a sum over samples nearly cancels), so a defect of 1e-8 of a tensor's norm
+# stands out tenfold.
+MATH_TOL = 1e-9
+
+GradMethod = Callable[[nn.Module, Tensor, Tensor], "tuple[Tensor, dict[str, Tensor]]"]
+
+
+@dataclass
+class Verdict:
+    """What one check found. math: the gradient whose math is judged (the method re-run on a
+    float64 copy; the run's own gradient in a float64 run, or when the method cannot run in
+    float64) against the finite differences; precision: the run gradient against that float64
+    one (runs below float64), or the lower dtype a float64 run's values fit."""
+
+    mode: str
+    math: CheckResult
+    precision: precision.Precision | None
+    basis: str  # what the math was judged on: "float64 re-run", "run dtype", or the fallback
+    rel_err: float  # the run gradient's error against the reference (grad/rel_err)
+    seconds: float
+
+    @property
+    def passed(self) -> bool:
+        return self.math.passed
+
+
+class Checker:
+    """Runs the checks of one training run: a float64 shadow of the model for the math re-run,
+    the directions' generator, the fallback once the method is found not to run in float64."""
+
+    def __init__(
+        self, model: nn.Module, method: GradMethod, baseline: GradMethod, settings: CheckSettings
+    ):
+        self.model, self.method, self.baseline, self.settings = model, method, baseline, settings
+        self.params = list(model.parameters())
+        self.dtype = self.params[0].dtype
+        self.shadow: nn.Module | None = None
+        self.fallback = ""  # why the method cannot run in float64 ("" until it failed to)
+        self.generator = torch.Generator()
+
+    def reseed(self, seed: int) -> None:
+        self.generator.manual_seed(seed)
+
+    def __call__(
+        self,
+        mode: str,
+        x: Tensor,
+        y: Tensor,
+        grads: dict[str, Tensor],
+        budget_s: float | None = None,
+        progress: reference.Progress | None = None,
+    ) -> Verdict:
+        start = time.perf_counter()
+        s = self.settings
+        point = fd.evaluation_point(self.model, x, y, torch.float64)
+        g64 = grads if self.dtype == torch.float64 else self._float64_gradient(point)
+        judged = grads if g64 is None else g64
+        tol = MATH_TOL if s.tol is None else s.tol
+        ref, math_result = self._reference(mode, point, judged, tol, budget_s, progress)
+        basis, found = "float64 re-run" if g64 is not grads else "run dtype", None
+        rel_err = math_result.rel_err
+        if g64 is None:  # judge the run's own gradient against what its dtype achieves
+            basis = f"run dtype ({self.fallback})"
+            math_result = self._judged_at_dtype(ref, grads, self.dtype)
+        elif g64 is not grads:
+            found = precision.judge(grads, g64, self._dtype_gradient(x, y, grads), point)
+            rel_err = found.rel_err
+            if not math_result.passed:  # g64 is wrong: the run gradient against the differences
+                rel_err = reference.compare(ref, grads, tol).rel_err
+        elif lower := precision.effective_dtype(grads):  # a float64 run computed below float64
+            per = dict(math_result.rel_err_per_param)
+            found = precision.Precision(rel_err, per, math.inf, effective_dtype=lower)
+            basis = f"run dtype (its values are {lower})"
+            math_result = self._judged_at_dtype(ref, grads, getattr(torch, lower))
+        return Verdict(mode, math_result, found, basis, rel_err, time.perf_counter() - start)
+
+    def _reference(self, mode, point, judged, tol, budget_s, progress):
+        s = self.settings
+        if mode == "full":
+            ref = reference.full(
+                point, s.h, budget_s=budget_s, generator=self.generator, progress=progress
+            )
+            return ref, reference.compare(ref, judged, tol)
+        ref, (result,) = gradient.directional(
+            point, s.k, s.h, self.generator, fd.DEFAULT_MAX_BYTES, s.per_tensor, [judged], tol
+        )
+        return ref, result
+
+    def _float64_gradient(self, point: fd.EvaluationPoint) -> dict[str, Tensor] | None:
+        """The method on float64 copies of the parameters and batch; None (and the reason kept)
+        when it cannot run there."""
+        if self.fallback:
+            return None
+        try:
+            if self.shadow is None:
+                self.shadow = copy.deepcopy(self.model).to(torch.float64)
+            with torch.no_grad():
+                for mine, p in zip(self.shadow.parameters(), self.params):
+                    mine.copy_(p)
+            _, grads = self.method(self.shadow, point.x, point.y)
+            _well_formed(grads, point)
+            return {n: g.detach() for n, g in grads.items()}
+        except Exception as e:  # any failure: this method cannot be re-run in float64
+            self.fallback = f"the method cannot run in float64: {type(e).__name__}: {e}"
+            return None
+
+    def _dtype_gradient(self, x, y, grads):
+        """What the run's dtype itself gives: the baseline method (autograd) on the run's own
+        parameters and batch; the run gradient itself when the method is the baseline."""
+        if self.method is self.baseline:
+            return lambda: grads
+        return lambda: self.baseline(self.model, x, y)[1]
+
+    def _judged_at_dtype(self, ref, grads, dtype) -> CheckResult:
+        """The gradient against the differences at FACTOR times the error the baseline method
+        makes in `dtype` on the same batch (at least FACTOR unit roundoffs)."""
+        model = self.model if dtype == self.dtype else copy.deepcopy(self.model).to(dtype)
+        _, own = self.baseline(model, ref.point.x.to(dtype), ref.point.y.to(dtype))
+        base = reference.compare(ref, own, math.inf)
+        worst = max([base.rel_err, *base.rel_err_per_param.values()])
+        tol = precision.FACTOR * max(worst, precision.unit_roundoff(dtype))
+        return reference.compare(ref, grads, tol)
+
+
+def _well_formed(grads, point: fd.EvaluationPoint) -> None:
+    """A float64 re-run must give one float64 tensor of the right shape per parameter."""
+    if not isinstance(grads, dict):
+        raise TypeError(f"returned {type(grads).__name__}, not a dict")
+    for name, shape in point.shapes.items():
+        g = grads.get(name)
+        if not isinstance(g, Tensor) or g.shape != shape or g.dtype != torch.float64:
+            raise TypeError(f"gradient of {name!r} is not a float64 tensor of shape {tuple(shape)}")
