@@ -11,15 +11,17 @@ Every figure comes from one run of `measure()` on one machine:
   200 steps each;
 - grad_ms_logged_vs_standalone: median logged time/grad_ms of the default run divided by the
   standalone benchmark (gradlab.measure.timing) of the same method, model, dtype and thread count;
-- check_overhead_ratio: per-step cost of the default checks (conf/check/default.yaml's cadence,
-  amortized: directional every 10 steps, full every 100) divided by the gradient computation
-  itself, all three timed standalone on the default run's model, data and dtype.
+- check_overhead_ratio: per-step cost of the default checks (the schema's cadence, amortized:
+  directional every 10 steps, full every 100 standing for that step's directional one), each
+  the whole verdict (float64 re-run, differences, precision), divided by the gradient
+  computation itself, all three timed standalone on the default run's model, data and dtype.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -66,30 +68,26 @@ def _compose(overrides: list[str]):
 
 def _fit_seconds(overrides: list[str], steps: int, plain: bool, device: str) -> float:
     """Wall time of `steps` training steps, by Lightning's loop or by a plain loop."""
-    from gradlab.app.run import MetricSink, build_job
-    from gradlab.training.record import MetricsCSV, RunStats
+    from gradlab.app.config import validate
+    from gradlab.app.job import build_job
 
-    cfg = _compose([*overrides, f"trainer.max_steps={steps}", f"device={device}"])
+    cfg = validate(_compose([*overrides, f"trainer.max_steps={steps}", f"device={device}"]))
     with tempfile.TemporaryDirectory() as tmp:
         job = build_job(cfg, Path(tmp))
-        module, trainer, batches = job["module"], job["trainer"], job["batches"]
-        runner = module.runner
-        csv = MetricsCSV(Path(tmp) / "metrics.csv", runner.metric_columns())
-        runner.sink = MetricSink(cfg.trainer, runner, RunStats(), csv)  # as a run logs
         try:
             t0 = time.perf_counter()
-            if plain:
-                opt = module.make_optimizer(list(runner.model.parameters()))
-                for step in range(steps):  # the same steps, one by one
-                    x, y = batches.data.batch(step)
-                    runner(x, y, step, opt.step)
+            if plain:  # the same steps, one by one, logged as a run logs them
+                opt = job.module.make_optimizer(list(job.model.parameters()))
+                for step in range(steps):
+                    x, y = job.data.batch(step)
+                    job.sink(step, job.runner(x, y, step, opt.step))
             else:
-                trainer.fit(module, train_dataloaders=batches)
-            if job["device"].type == "cuda":
+                job.trainer.fit(job.module, job.batches)
+            if job.device.type == "cuda":
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - t0
         finally:
-            csv.close()
+            job.sink.close()
     return seconds
 
 
@@ -111,42 +109,41 @@ def marginal_step_us(
 
 
 def _logged_grad_ms(run_dir: Path) -> float:
+    from gradlab.training import metrics
     from gradlab.training.record import read_metrics
 
-    return statistics.median(r["time/grad_ms"] for r in read_metrics(run_dir / "metrics.csv")[1:])
+    rows = read_metrics(run_dir / "metrics.csv")[1:]
+    return statistics.median(r[metrics.GRAD_MS] for r in rows)
 
 
 def _standalone(cfg) -> dict[str, float]:
-    """Standalone medians (us) of the gradient and the checks of the run `cfg` composes: its
+    """Standalone medians (us) of the gradient and of the checks of the run `cfg` composes: its
     method, model, first batch, dtype, device, check settings and thread count."""
-    from gradlab.app.run import build_job
-    from gradlab.check import check_gradient
+    from gradlab.app.config import validate
+    from gradlab.app.job import build_job
     from gradlab.measure.timing import median_us
 
     with tempfile.TemporaryDirectory() as tmp:
-        job = build_job(cfg, Path(tmp))
-    runner, data = job["module"].runner, job["batches"].data
-    model, grad_fn, check = runner.model, runner.grad_fn, runner.check
-    x, y = data.batch(0)
+        job = build_job(validate(cfg), Path(tmp))
+    model, grad_fn, checks = job.model, job.runner.grad_fn, job.runner.checks
+    x, y = job.data.batch(0)
     _, grads = grad_fn(model, x, y)
-    gen = torch.Generator().manual_seed(0)
+    grad_us = median_us(lambda: grad_fn(model, x, y), 1.0)
+    budget_s = checks.settings.full_max_gradients * grad_us * 1e-6
     return {
-        "grad": median_us(lambda: grad_fn(model, x, y), 1.0),
-        "directional": median_us(
-            lambda: check_gradient(
-                model,
-                x,
-                y,
-                grads,
-                mode="directional",
-                k=check.k,
-                generator=gen,
-                per_tensor=check.per_tensor,
-            ),
-            1.0,
-        ),
-        "full": median_us(lambda: check_gradient(model, x, y, grads, mode="full"), 1.0),
+        "grad": grad_us,
+        "directional": median_us(lambda: checks.checker("directional", x, y, grads), 1.0),
+        "full": median_us(lambda: checks.checker("full", x, y, grads, budget_s), 1.0),
     }
+
+
+def amortized(alone: dict[str, float], cadence) -> float:
+    """The checks' time per step: a full check every full_every steps, a directional one on the
+    other multiples of directional_every (a full check stands for it)."""
+    d, f = cadence.directional_every, cadence.full_every
+    full_rate = 1 / f if f else 0.0
+    directional_rate = (1 / d - (1 / math.lcm(d, f) if f else 0.0)) if d else 0.0
+    return alone["directional"] * directional_rate + alone["full"] * full_rate
 
 
 def measure(device: str = "cpu", sweeps: bool = True) -> dict:
@@ -179,15 +176,7 @@ def measure(device: str = "cpu", sweeps: bool = True) -> dict:
     cadence = default.check
     alone = _standalone(default)
     result["grad_ms_logged_vs_standalone"] = logged_ms * 1e3 / alone["grad"]
-    per_step_check = sum(
-        alone[mode] / every
-        for mode, every in (
-            ("directional", cadence.directional_every),
-            ("full", cadence.full_every),
-        )
-        if every
-    )
-    result["check_overhead_ratio"] = per_step_check / alone["grad"]
+    result["check_overhead_ratio"] = amortized(alone, cadence) / alone["grad"]
     result["env"] = {
         **timing.environment(),
         "device": device if device == "cpu" else torch.cuda.get_device_name(),

@@ -11,7 +11,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 from gradlab.app.config import register
-from gradlab.training.record import read_summary
+from gradlab.training.record import RunSummary, read_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
@@ -43,8 +43,9 @@ def run_cli(*args: str, cwd: Path, timeout: float = 120, env: dict | None = None
     )
 
 
-def summary(run_dir: Path) -> dict:
-    return read_summary(run_dir / "summary.json")
+def summary(run_dir: Path) -> RunSummary:
+    """The run's summary.json, as its schema."""
+    return RunSummary.from_dict(read_summary(run_dir / "summary.json"))
 
 
 def wandb_records(path: Path):

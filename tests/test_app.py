@@ -14,7 +14,7 @@ from gradlab.app.config import ConfigError, validate
 from gradlab.app.run import train
 from gradlab.models import three_layer_relu
 from gradlab.training.data import StepBatches, make_dataset
-from gradlab.training.record import read_metrics
+from gradlab.training.record import read_metrics, read_summary
 
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
 GRADS = sorted(p.stem for p in (CONF / "grad").glob("*.yaml") if p.stem != "custom")
@@ -29,11 +29,18 @@ def test_every_combination_composes_and_validates(model, grad, optimizer):
     assert cfg.run_name == f"{model}-{grad}-{optimizer}-s0"
 
 
-@pytest.mark.parametrize("group", ["device", "data", "check", "logger", "experiment"])
+@pytest.mark.parametrize("group", ["data", "check", "logger", "experiment"])
 def test_every_choice_of_other_groups_composes(group):
-    for choice in sorted(p.stem for p in (CONF / group).glob("*.yaml")):
+    choices = sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+    assert choices
+    for choice in choices:
         extra = ["model=two_layer_sigmoid"] if choice == "xor" else []
         validate(compose_cfg(f"{group}={choice}", *extra))
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda"])
+def test_every_device_composes(device):
+    assert validate(compose_cfg(f"device={device}")).device == device
 
 
 @pytest.mark.parametrize(
@@ -77,10 +84,10 @@ def test_smoke_run_per_model_and_method(tmp_path, model, grad):
         "check.full_every=10",
         "trainer.mem_every=10",
     )
-    assert result["status"] == "completed", result["reason"]
-    assert result["grad_check"] == "pass", result.get("grad_check_first_fail")
-    assert result["loss_final"] < result["loss_initial"]
-    assert result["steps"] == 30 and len(rows) == 30
+    assert result.status == "completed", result.reason
+    assert result.grad_check == "pass", result.get("grad_check_first_fail")
+    assert result.loss_final < result.loss_initial
+    assert result.steps == 30 and len(rows) == 30
     with (tmp_path / "metrics.csv").open() as f:
         header = next(csv.reader(f))
     for col in (
@@ -95,8 +102,8 @@ def test_smoke_run_per_model_and_method(tmp_path, model, grad):
     ):
         assert col in header
     assert all(r["grad/rel_err"] < 1e-3 for r in rows)
-    assert result["peak_mem_mb"] > 0 and result["grad_ms_median"] > 0
-    saved = summary(tmp_path)
+    assert result.peak_mem_mb > 0 and result.grad_ms_median > 0
+    saved = read_summary(tmp_path / "summary.json")  # the file itself holds every key
     for key in (
         "model",
         "grad",
@@ -124,7 +131,7 @@ def test_check_cadence(tmp_path, preset):
     result, rows = _train(
         tmp_path, f"check={preset}", "trainer.max_steps=25", "trainer.mem_every=0"
     )
-    assert result["status"] == "completed" and result["grad_check"] == "pass"
+    assert result.status == "completed" and result.grad_check == "pass"
     checked = [step for step, r in enumerate(rows) if "grad/rel_err" in r]
     per_tensor = [step for step, r in enumerate(rows) if "grad/rel_err/layer2.weight" in r]
     if preset == "default":
@@ -158,7 +165,7 @@ def test_steps_per_lightning_batch_do_not_change_the_run(tmp_path):
         result, rows = _train(
             tmp_path / str(inner), f"trainer.inner_steps={inner}", "trainer.max_steps=25"
         )
-        assert result["status"] == "completed" and result["steps"] == 25
+        assert result.status == "completed" and result.steps == 25
         assert [r["step"] for r in rows] == list(range(25))
         curves[inner] = [r["train/loss"] for r in rows]
     assert curves[1] == curves[7] == curves[10]
@@ -176,7 +183,7 @@ def test_same_seed_same_curves_across_methods(tmp_path):
             "trainer.mem_every=0",
             "optimizer.lr=0.05",
         )
-        assert result["status"] == "completed"
+        assert result.status == "completed"
         curves[grad] = torch.tensor([r["train/loss"] for r in rows], dtype=torch.float64)
     assert len(curves["autograd"]) == 200
     assert curves["autograd"][-1] < curves["autograd"][0]
@@ -187,7 +194,7 @@ def test_same_seed_same_curves_across_methods(tmp_path):
 def test_optimizers_all_train(tmp_path):
     for opt in OPTIMIZERS:
         result, _ = _train(tmp_path / opt, f"optimizer={opt}", "trainer.max_steps=20", "check=none")
-        assert result["status"] == "completed" and result["loss_final"] < result["loss_initial"]
+        assert result.status == "completed" and result.loss_final < result.loss_initial
 
 
 def test_acceptance_command_two_layer_sigmoid(tmp_path):
@@ -202,8 +209,8 @@ def test_acceptance_command_two_layer_sigmoid(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     s = summary(out)
-    assert (s["status"], s["grad_check"]) == ("completed", "pass")
-    assert s["loss_final"] < s["loss_initial"]
+    assert (s.status, s.grad_check) == ("completed", "pass")
+    assert s.loss_final < s.loss_initial
     assert "grad/rel_err" in (out / "metrics.csv").read_text().splitlines()[0].split(",")
     assert "gradlab run" in proc.stdout  # the summary table
 
@@ -213,10 +220,10 @@ def test_wandb_offline_run_holds_history(tmp_path):
     proc = run_cli("trainer.max_steps=25", f"hydra.run.dir={out}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     s = summary(out)
-    run_dir = Path(s["wandb_dir"])
+    run_dir = Path(s.wandb_dir)
     assert run_dir.name.startswith("offline-run-") and run_dir.parent == out / "wandb"
     assert list(run_dir.glob("*.wandb")), "offline run has no history file"
-    assert s["wandb_sync"] == f"wandb sync {run_dir}"
+    assert s.wandb_sync == f"wandb sync {run_dir}"
     assert "wandb sync" in proc.stdout
     history = wandb_history(next(run_dir.glob("*.wandb")))
     losses = [row["train/loss"] for row in history if "train/loss" in row]
@@ -227,8 +234,8 @@ def test_wandb_offline_run_holds_history(tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_manual_run(tmp_path):
     result, rows = _train(tmp_path, "grad=manual", "device=cuda", "trainer.max_steps=50")
-    assert result["status"] == "completed" and result["device"].startswith("cuda")
-    assert result["grad_check"] == "pass" and result["peak_mem_mb"] > 0
+    assert result.status == "completed" and result.device.startswith("cuda")
+    assert result.grad_check == "pass" and result.peak_mem_mb > 0
 
 
 @pytest.mark.cuda

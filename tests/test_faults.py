@@ -49,14 +49,14 @@ def test_cuda_requested_without_cuda(tmp_path):
         "error: run failed: device=cuda requested but CUDA is not available on this machine"
     ]
     s = summary(tmp_path / "R")
-    assert s["status"] == "failed" and "CUDA is not available" in s["reason"]
+    assert s.status == "failed" and "CUDA is not available" in s.reason
 
 
 def test_out_of_memory_is_a_failed_run(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(TESTS))
     result = train(compose_cfg("logger=csv", "grad.method=faultmethods.out_of_memory"), tmp_path)
-    assert result["status"] == "failed" and result["reason"].startswith("out of memory")
-    assert summary(tmp_path)["status"] == "failed"
+    assert result.status == "failed" and result.reason.startswith("out of memory")
+    assert summary(tmp_path).status == "failed"
 
 
 def test_rows_logged_before_a_failure_are_all_written(tmp_path, monkeypatch):
@@ -69,7 +69,7 @@ def test_rows_logged_before_a_failure_are_all_written(tmp_path, monkeypatch):
         "logger=csv", "grad.method=faultmethods.raises_at_step_13", "trainer.mem_every=0"
     )
     result = train(cfg, tmp_path)
-    assert result["status"] == "failed" and "boom at step 13" in result["reason"]
+    assert result.status == "failed" and "boom at step 13" in result.reason
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.csv")] == list(range(13))
 
 
@@ -83,19 +83,19 @@ def test_divergence_stops_at_first_nonfinite_step(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     s = summary(tmp_path / "D")
-    assert s["status"] == "diverged" and "non-finite" in s["reason"]
+    assert s.status == "diverged" and "non-finite" in s.reason
     rows = read_metrics(tmp_path / "D" / "metrics.csv")
     assert 1 < len(rows) < 200 and rows[-1]["step"] == len(rows) - 1
     assert all(torch.isfinite(torch.tensor(r["train/loss"])) for r in rows[:-1])
-    assert f"at step {len(rows) - 1}" in s["reason"]
+    assert f"at step {len(rows) - 1}" in s.reason
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 @pytest.mark.parametrize("layout", ["dense", "expanded"])  # expanded: the fused check refuses it
 def test_nonfinite_gradient_with_a_finite_loss_stops_before_the_update(bad, layout):
-    from gradlab.check import CheckSettings
     from gradlab.grads import METHODS
     from gradlab.models import build_model
+    from gradlab.training.state import RunState
     from gradlab.training.step import StepRunner
 
     def broken_at_step_3(model, x, y):
@@ -114,18 +114,17 @@ def test_nonfinite_gradient_with_a_finite_loss_stops_before_the_update(bad, layo
     calls: list = []
     model = build_model("three_layer_relu")
     x, y = torch.randn(8, 4), torch.randn(8, 1)
-    rows = []
-    runner = StepRunner(
-        model, broken_at_step_3, "broken", CheckSettings(0, 0), lambda s, m: rows.append(s), 0
-    )
+    rows, state = [], RunState()
+    runner = StepRunner(model, broken_at_step_3, "broken", None, state, mem_every=0)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(6):
         before = [p.detach().clone() for p in model.parameters()]
         runner(x, y, step, opt.step)
-        if runner.status != "running":
+        rows.append(step)  # the step returned its metrics
+        if state.status != "running":
             break
-    assert runner.status == "diverged" and step == 3 and rows == [0, 1, 2, 3]
-    assert runner.reason == "non-finite gradient at step 3 (layer2.bias)"
+    assert state.status == "diverged" and step == 3 and rows == [0, 1, 2, 3]
+    assert state.reason == "non-finite gradient at step 3 (layer2.bias)"
     assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))  # not applied
 
 
@@ -160,10 +159,10 @@ def test_broken_user_method_names_method_and_parameter(tmp_path, monkeypatch, me
     result = train(
         compose_cfg("logger=csv", f"grad.method={path}", "trainer.max_steps=5"), tmp_path
     )
-    assert result["status"] == "failed"
-    assert path in result["reason"] and what in result["reason"]
+    assert result.status == "failed"
+    assert path in result.reason and what in result.reason
     if param:
-        assert repr(param) in result["reason"]
+        assert repr(param) in result.reason
 
 
 def test_failed_check_is_recorded_and_run_goes_on(tmp_path, monkeypatch):
@@ -172,10 +171,10 @@ def test_failed_check_is_recorded_and_run_goes_on(tmp_path, monkeypatch):
         "logger=csv", "grad.method=faultmethods.sign_flip_bias", "trainer.max_steps=10"
     )
     result = train(cfg, tmp_path)
-    assert result["status"] == "completed" and result["steps"] == 10
-    assert result["grad_check"] == "fail"
-    assert result["grad_check_first_fail"]["step"] == 0
-    assert result["grad_check_first_fail"]["param"] == "layer3.bias"
+    assert result.status == "completed" and result.steps == 10
+    assert result.grad_check == "fail"
+    assert result.grad_check_first_fail["step"] == 0
+    assert result.grad_check_first_fail["param"] == "layer3.bias"
 
 
 def test_failed_check_with_fail_fast_stops(tmp_path, monkeypatch):
@@ -184,8 +183,8 @@ def test_failed_check_with_fail_fast_stops(tmp_path, monkeypatch):
         "logger=csv", "grad.method=faultmethods.sign_flip_bias", "check.fail_fast=true"
     )
     result = train(cfg, tmp_path)
-    assert result["status"] == "failed" and "layer3.bias" in result["reason"]
-    assert result["steps"] == 1 and len(read_metrics(tmp_path / "metrics.csv")) == 1
+    assert result.status == "failed" and "layer3.bias" in result.reason
+    assert result.steps == 1 and len(read_metrics(tmp_path / "metrics.csv")) == 1
 
 
 def _interrupt(run_dir: Path, sig: int, *extra: str) -> subprocess.CompletedProcess:
@@ -226,12 +225,12 @@ def test_sigint_saves_everything_and_resume_matches(tmp_path):
     proc = _interrupt(a, signal.SIGINT, "logger=csv")
     assert proc.returncode == 130, proc.stderr
     s = summary(a)
-    assert s["status"] == "interrupted" and s["reason"] == "SIGINT received"
-    ckpt = Path(s["checkpoint"])
+    assert s.status == "interrupted" and s.reason == "SIGINT received"
+    ckpt = Path(s.checkpoint)
     assert ckpt.is_file()
     rows = read_metrics(a / "metrics.csv")
     k = len(rows)
-    assert k == s["steps"] and rows[-1]["step"] == k - 1
+    assert k == s.steps and rows[-1]["step"] == k - 1
 
     b = tmp_path / "B"
     resumed = run_cli(
@@ -249,7 +248,7 @@ def test_sigint_saves_everything_and_resume_matches(tmp_path):
     ref = train(
         compose_cfg("logger=csv", "check=none", f"trainer.max_steps={k + 15}"), tmp_path / "C"
     )
-    assert ref["status"] == "completed"
+    assert ref.status == "completed"
     full = read_metrics(tmp_path / "C" / "metrics.csv")
     expect = torch.tensor([r["train/loss"] for r in full[k:]], dtype=torch.float64)
     got = torch.tensor([r["train/loss"] for r in tail], dtype=torch.float64)
@@ -270,15 +269,15 @@ def test_interrupt_inside_a_step_group_resumes_exactly(tmp_path):
     )
     assert stopped.returncode == 130, stopped.stderr
     s = summary(a)
-    assert s["status"] == "interrupted" and s["steps"] == 14
+    assert s.status == "interrupted" and s.steps == 14
     assert [r["step"] for r in read_metrics(a / "metrics.csv")] == list(range(14))
     resumed = run_cli(
-        *common, f"ckpt_path={s['checkpoint']}", "trainer.max_steps=30", f"hydra.run.dir={b}",
+        *common, f"ckpt_path={s.checkpoint}", "trainer.max_steps=30", f"hydra.run.dir={b}",
         cwd=tmp_path,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     ref = train(compose_cfg(*common, "trainer.max_steps=30"), tmp_path / "C")
-    assert ref["status"] == "completed"
+    assert ref.status == "completed"
     tail = read_metrics(b / "metrics.csv")
     assert [r["step"] for r in tail] == list(range(14, 30))
     full = read_metrics(tmp_path / "C" / "metrics.csv")
@@ -295,10 +294,10 @@ def test_sigterm_preemption_finishes_wandb_and_checkpoints(tmp_path):
     proc = _interrupt(a, signal.SIGTERM)
     assert proc.returncode == 130, proc.stderr
     s = summary(a)
-    assert s["status"] == "interrupted" and s["reason"] == "SIGTERM received"
-    assert Path(s["checkpoint"]).is_file()
-    assert s["wandb_dir"] and list(Path(s["wandb_dir"]).glob("*.wandb"))
-    assert len(read_metrics(a / "metrics.csv")) == s["steps"]
+    assert s.status == "interrupted" and s.reason == "SIGTERM received"
+    assert Path(s.checkpoint).is_file()
+    assert s.wandb_dir and list(Path(s.wandb_dir).glob("*.wandb"))
+    assert len(read_metrics(a / "metrics.csv")) == s.steps
 
 
 def test_wandb_unreachable_falls_back_offline_without_leaking_the_key(tmp_path):
@@ -315,7 +314,7 @@ def test_wandb_unreachable_falls_back_offline_without_leaking_the_key(tmp_path):
     warnings = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning: W&B online")]
     assert len(warnings) == 1
     s = summary(tmp_path / "W")
-    assert s["status"] == "completed" and Path(s["wandb_dir"]).name.startswith("offline-run-")
+    assert s.status == "completed" and Path(s.wandb_dir).name.startswith("offline-run-")
 
 
 def test_a_run_never_overwrites_an_earlier_run(tmp_path):

@@ -52,7 +52,7 @@ def test_sweep_table_one_row_per_method_and_model(sweep):
     assert sorted((r["model"], r["grad"]) for r in rows) == sorted(
         (m, g) for m in MODELS for g in GRADS
     )
-    jobs = {(s["model"], s["grad"]): s for s in map(summary, sweep.glob("*/"))}
+    jobs = {(s.model, s.grad): s for s in map(summary, sweep.glob("*/"))}
     for row in rows:
         s = jobs[row["model"], row["grad"]]
         assert (row["status"], row["n"], row["steps"], row["grad_check"]) == (
@@ -66,7 +66,7 @@ def test_sweep_table_one_row_per_method_and_model(sweep):
             ("peak_mem_mb", "peak_mem_mb"),
             ("rel_err_max", "grad_rel_err_max"),
         ]:
-            assert float(row[col]) == pytest.approx(s[key], rel=1e-3), col
+            assert float(row[col]) == pytest.approx(getattr(s, key), rel=1e-3), col
         p25, med, p75 = (float(row[c]) for c in ("grad_ms_p25", "grad_ms_median", "grad_ms_p75"))
         assert 0 < p25 <= med <= p75
         assert (

@@ -1,4 +1,5 @@
-"""Catch bad command lines before Hydra and Lightning start: one line naming the key, exit 2.
+"""The command line: bad input caught before Hydra and Lightning start (one line naming the key,
+exit 2), and one job run from the config Hydra composed.
 
 Hydra reports an unknown group choice or a value of the wrong type in several lines with a hint
 about HYDRA_FULL_ERROR; a user running an experiment wants one line saying what is allowed.
@@ -6,13 +7,15 @@ about HYDRA_FULL_ERROR; a user running an experiment wants one line saying what 
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
 
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from gradlab.app.config import ConfigError, validate
+from gradlab.app.config import ConfigError, register, validate
 
 _SWEEP_FN = re.compile(r"^(choice|range|interval|tag|glob|shuffle|sort)\(")
 
@@ -65,9 +68,6 @@ def precheck(argv: list[str], conf_dir: Path) -> None:
             return
         from hydra import compose, initialize_config_dir
 
-        from gradlab.app.config import register
-
-        register()
         plain = [a for a in overrides if not a.lstrip("+~").startswith("hydra")]
         with initialize_config_dir(str(conf_dir), version_base="1.3"):
             try:
@@ -105,3 +105,40 @@ def _check_fresh_dir(argv: list[str]) -> None:
             raise ConfigError(f"hydra.run.dir={value} already holds a run; choose a new dir")
         if key == "hydra.sweep.dir" and Path(value).is_dir() and any(Path(value).iterdir()):
             raise ConfigError(f"hydra.sweep.dir={value} is not empty; choose a new dir")
+
+
+def setup() -> None:
+    """What composing needs before Hydra starts: the schema, and the ${gradlab_pid:} resolver.
+
+    use_cache: the pid is resolved once in the launching process and Hydra hands that cache to
+    every job, so jobs in joblib/submitit/SLURM workers share the sweep dir."""
+    OmegaConf.register_new_resolver("gradlab_pid", os.getpid, replace=True, use_cache=True)
+    register()
+
+
+def run(cfg: DictConfig) -> float:
+    """One job (of a run or a sweep) from Hydra's config: train, print, exit code, and the
+    value a sweeper optimizes."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from gradlab.app.console import print_summary
+    from gradlab.app.run import RunFailed, optimized_value, train
+
+    hc = HydraConfig.get()
+    multirun = hc.mode == RunMode.MULTIRUN
+    group = Path(hc.sweep.dir).name if multirun else None
+    try:
+        summary = train(cfg, Path(hc.runtime.output_dir), group=group)
+    except RunFailed as e:  # the output dir already holds a run: touch nothing
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if multirun:  # the sweep callback prints the whole table at the end
+        print(f"job {summary.run_name}: {summary.status} {summary.reason}".rstrip())
+    elif summary.steps:  # a run that failed before its first step gets one line only
+        print_summary(summary)
+    if not multirun and summary.status in ("failed", "interrupted"):
+        print(f"error: run {summary.status}: {summary.reason}", file=sys.stderr)
+        raise SystemExit(1 if summary.status == "failed" else 130)
+    direction = OmegaConf.select(hc, "sweeper.direction", default="minimize")
+    return optimized_value(summary, cfg.optimized_metric, str(direction))

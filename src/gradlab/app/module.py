@@ -1,11 +1,10 @@
-"""The LightningModule: a thin shell that runs gradlab.training.step.StepRunner for each optimizer
-step.
+"""The LightningModule: a thin shell that runs one group of optimizer steps per Lightning batch,
+each through gradlab.training.step.StepRunner, and hands each step's metrics to the sink.
 
 Manual optimization: the method's gradients are written to ``.grad`` and the optimizer steps.
-One Lightning batch is a group of consecutive optimizer steps (``trainer.inner_steps``; each
-step has its own data batch, and Lightning's global_step counts the optimizer steps), because
-Lightning's own work per batch (~190 us on the 2-core CPU) is several times a step of these tiny
-nets. Metrics go to the runner's ``sink(step, metrics)`` (CSV, W&B, ...) instead of
+One Lightning batch is a group of consecutive optimizer steps (each with its own data batch;
+Lightning's global_step counts the optimizer steps), because Lightning's own work per batch is
+several times a step of these tiny nets. Metrics go to the sink (CSV, W&B) instead of
 ``self.log``, which costs more per step than the microsecond-scale work measured here.
 """
 
@@ -24,24 +23,26 @@ class GradLabModule(L.LightningModule):
     def __init__(
         self,
         runner: StepRunner,
+        sink: Callable[[int, dict[str, float]], None],
         make_optimizer: Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer],
+        seed: int,
     ):
         super().__init__()
         self.automatic_optimization = False
-        self.runner = runner
+        self.runner, self.sink, self.make_optimizer, self.seed = runner, sink, make_optimizer, seed
         self.model = runner.model
-        self.make_optimizer = make_optimizer
         self.stop_requested = False
 
     def request_stop(self) -> None:
         """Ask for a clean stop at the next step boundary (a signal handler calls this)."""
         self.stop_requested = True
 
-    def configure_optimizers(self):
-        return self.make_optimizer(list(self.model.parameters()))
+    # ---- training hooks
 
     def on_train_start(self) -> None:
-        self.runner.reseed(self.global_step)
+        # the checks' directions depend on (seed, step where training (re)started)
+        if self.runner.checks is not None:
+            self.runner.checks.reseed(self.seed * 7 + self.global_step)
 
     def training_step(self, batch, batch_idx):
         """The optimizer steps of one group: batch is [(step, x, y), ...] (training.data)."""
@@ -51,10 +52,13 @@ class GradLabModule(L.LightningModule):
                 break
             if self.stop_requested:  # raised here, between steps, so no step is left half done
                 raise KeyboardInterrupt
-            self.runner(x, y, step, optimizer.step)
-            if self.runner.status != "running":
+            self.sink(step, self.runner(x, y, step, optimizer.step))
+            if self.runner.state.status != "running":
                 self.trainer.should_stop = True
                 break
+
+    def configure_optimizers(self):
+        return self.make_optimizer(list(self.model.parameters()))
 
 
 class InterruptCheckpoint(L.Callback):

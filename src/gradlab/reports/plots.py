@@ -76,7 +76,7 @@ class Plotter:
         for ax, keys in zip(axes, panels.values()):
             fitted, others = [], []
             for i, (key, (steps, med, lo, hi)) in enumerate(keys):
-                diverged = all(r.summary["status"] == "diverged" for r in self.r.groups[key])
+                diverged = all(r.summary.status == "diverged" for r in self.r.groups[key])
                 every = max(1, len(steps) // 8)  # few markers, staggered: equal curves stay visible
                 ax.plot(
                     steps,

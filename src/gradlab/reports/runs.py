@@ -7,9 +7,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from gradlab.training.record import read_metrics, read_summary
+from gradlab.training.record import RunSummary, read_metrics, read_summary
 
 
 def job_dirs(sweep_dir: Path) -> list[Path]:
@@ -27,29 +26,25 @@ def job_dirs(sweep_dir: Path) -> list[Path]:
     return sorted(dirs, key=order)
 
 
-def job_summary(job_dir: Path) -> dict[str, Any]:
+def job_summary(job_dir: Path) -> RunSummary:
     """A job's summary.json with status and reason settled: a job that wrote none, or an
     unreadable one, or one still "running" (it never finished) has failed, and says why."""
     path = job_dir / "summary.json"
     if not path.exists():
-        return {"status": "failed", "reason": "no summary.json (job crashed before training)"}
+        return RunSummary(status="failed", reason="no summary.json (job crashed before training)")
     try:
-        summary = read_summary(path)
-    except ValueError as e:  # bad JSON or bad bytes
-        return {"status": "failed", "reason": f"unreadable summary.json: {e}"}
-    if summary.get("status") == "running":
-        summary = {
-            **summary,
-            "status": "failed",
-            "reason": "job ended without finishing its summary",
-        }
+        summary = RunSummary.from_dict(read_summary(path))
+    except (ValueError, TypeError) as e:  # bad JSON, bad bytes, not an object
+        return RunSummary(status="failed", reason=f"unreadable summary.json: {e}")
+    if summary.status == "running":
+        summary.update(status="failed", reason="job ended without finishing its summary")
     return summary
 
 
 @dataclass
 class Run:
     dir: Path
-    summary: dict[str, Any]
+    summary: RunSummary
     metrics: list[dict[str, float]]
 
     def series(self, key: str) -> tuple[list[float], list[float]]:
@@ -59,9 +54,9 @@ class Run:
 
     def check_verdict(self) -> str:
         # A recorded first failure is a failed check whatever grad_check says.
-        if self.summary.get("grad_check_first_fail"):
+        if self.summary.grad_check_first_fail:
             return "fail"
-        return self.summary.get("grad_check") or "none"
+        return self.summary.grad_check or "none"
 
 
 def find_run_dirs(paths: Iterable[Path]) -> list[Path]:
@@ -75,7 +70,7 @@ def find_run_dirs(paths: Iterable[Path]) -> list[Path]:
 
 def load_run(run_dir: Path) -> Run:
     summary = job_summary(run_dir)  # status and reason settled for a job that did not finish
-    summary["reason"] = summary.get("reason") or ""
+    summary.reason = summary.reason or ""
     try:
         metrics = read_metrics(run_dir / "metrics.csv")
     except (OSError, ValueError):

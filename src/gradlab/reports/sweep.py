@@ -22,8 +22,10 @@ COLUMNS = [
     "loss_final",
     "grad_rel_err_max",
     "grad_check",
+    "grad_precision",
     "grad_ms_median",
     "step_ms_median",
+    "check_time_ratio",
     "peak_mem_mb",
     "reason",
 ]
@@ -31,7 +33,7 @@ COLUMNS = [
 
 def job_row(job_dir: Path) -> dict[str, Any]:
     summary = job_summary(job_dir)
-    return {"job": job_dir.name, **{k: summary.get(k) for k in COLUMNS if k != "job"}}
+    return {"job": job_dir.name, **{k: getattr(summary, k) for k in COLUMNS if k != "job"}}
 
 
 def summarize_sweep(sweep_dir: Path) -> str:

@@ -46,9 +46,9 @@ def _quartiles(xs: list[float]) -> tuple[float | None, float | None]:
 
 
 def _key(run: Run) -> tuple:
-    if run.summary.get("grad") is None:  # nothing known about it: keep it on its own row
+    if run.summary.grad is None:  # nothing known about it: keep it on its own row
         return ("?", run.dir.name, *[None] * (len(KEY) - 2))
-    return tuple(run.summary.get(k) for k in KEY)
+    return tuple(getattr(run.summary, k) for k in KEY)
 
 
 def order_key(key: tuple) -> tuple:
@@ -86,9 +86,9 @@ def group_row(key: tuple, runs: list[Run]) -> dict[str, Any]:
     grad_ms = [x for r in runs for x in r.series("time/grad_ms")[1]]
     p25, p75 = _quartiles(grad_ms)
     checks = [r.check_verdict() for r in runs]
-    losses = [_num(r.summary.get("loss_final")) for r in runs]
-    reasons = dict.fromkeys(r.summary["reason"] for r in runs if r.summary.get("reason"))
-    first_fails = [r.summary["grad_check_first_fail"] for r, c in zip(runs, checks) if c == "fail"]
+    losses = [_num(r.summary.loss_final) for r in runs]
+    reasons = dict.fromkeys(r.summary.reason for r in runs if r.summary.reason)
+    first_fails = [r.summary.grad_check_first_fail for r, c in zip(runs, checks) if c == "fail"]
     if first_fails:
         f = first_fails[0]
         reasons[
@@ -101,7 +101,7 @@ def group_row(key: tuple, runs: list[Run]) -> dict[str, Any]:
         holds only the logged steps (trainer.log_every_n_steps)."""
         out = []
         for r in runs:
-            value = _num(r.summary.get(summary_key))
+            value = _num(getattr(r.summary, summary_key))
             values = r.series(metric)[1]
             out.append(value if value is not None else (agg(values) if values else None))
         return out
@@ -109,8 +109,8 @@ def group_row(key: tuple, runs: list[Run]) -> dict[str, Any]:
     return {
         **dict(zip(KEY, key)),
         "n": len(runs),
-        "status": _tally([r.summary["status"] for r in runs]),
-        "steps": _span(_num(r.summary.get("steps")) for r in runs),
+        "status": _tally([r.summary.status for r in runs]),
+        "steps": _span(_num(r.summary.steps) for r in runs),
         "grad_ms_median": _median(per_run("time/grad_ms", "grad_ms_median")),
         "grad_ms_p25": p25,
         "grad_ms_p75": p75,
@@ -196,7 +196,7 @@ class Report:
         return cols, out
 
     def intro(self, sources: list[str]) -> list[str]:
-        statuses = tally(r.summary["status"] for r in self.runs)
+        statuses = tally(r.summary.status for r in self.runs)
         lines = [
             f"{len(self.runs)} runs in {len(self.rows)} configurations ({statuses}), "
             f"from {', '.join(sources)}."

@@ -1,15 +1,83 @@
-"""What a run writes to its output dir: metrics.csv (a row per logged step, appended and flushed
-in groups as the run goes; see gradlab.app.run.MetricSink) and summary.json. Reports read only
-these files."""
+"""What a run writes to its output dir, and nothing else is read by reports: metrics.csv (a row
+per logged step, appended in groups as the run goes) and summary.json, whose schema is
+RunSummary."""
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
-import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+
+@dataclass
+class RunSummary:
+    """summary.json: how a run was set up, how it ended and what it measured. A field a run
+    did not measure is None."""
+
+    # what ran
+    run_name: str | None = None
+    model: str | None = None
+    params: int | None = None  # parameter count
+    grad: str | None = None  # the grad choice's name
+    method: str | None = None  # the method's name or import path
+    optimizer: str | None = None
+    lr: float | None = None
+    device: str | None = None
+    dtype: str | None = None
+    seed: int | None = None
+    data: str | None = None
+    # how it ended: running | completed | diverged | failed | interrupted, and why
+    status: str = "running"
+    reason: str = ""
+    output_dir: str | None = None
+    checkpoint: str | None = None
+    wandb_dir: str | None = None
+    wandb_sync: str | None = None
+    elapsed_s: float | None = None
+    # training
+    steps: int = 0
+    loss_initial: float | None = None
+    loss_final: float | None = None
+    grad_ms_median: float | None = None
+    step_ms_median: float | None = None
+    peak_mem_mb: float | None = None
+    # the checks (gradlab.check): the math verdict, and the precision of the run's dtype
+    grad_check: str = "none"  # pass | fail | none (no check ran)
+    grad_check_first_fail: dict[str, Any] | None = None  # step, mode, param, rel_err, tol
+    grad_check_basis: str | None = None  # what the math was judged on (a fallback says why)
+    grad_checks: int = 0
+    grad_kinks: int = 0
+    grad_rel_err_max: float | None = None  # the run gradient against the reference, worst
+    grad_math_rel_err_max: float | None = None
+    grad_precision: str = "none"  # ok | finding | none (not judged: a float64 run, no check)
+    grad_precision_first: dict[str, Any] | None = None  # step, param, ratio, rel_err, ...
+    grad_precision_ratio_max: float | None = None
+    grad_full_coverage_min: float | None = None  # the least fraction a full check compared
+    check_ms_total: float | None = None
+    check_time_ratio: float | None = None  # the checks' time over the gradients' time
+
+    @classmethod
+    def fields(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSummary:
+        """From summary.json's content: unknown keys are ignored, missing ones default."""
+        known = set(cls.fields())
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def update(self, **values: Any) -> None:
+        for key, value in values.items():
+            if key not in self.__dataclass_fields__:
+                raise AttributeError(f"RunSummary has no field {key!r}")
+            setattr(self, key, value)
 
 
 class MetricsCSV:
@@ -44,57 +112,6 @@ def read_metrics(path: str | Path) -> list[dict[str, float]]:
         ]
 
 
-class RunStats:
-    """Running figures a summary needs, updated once per step."""
-
-    def __init__(self):
-        self.loss_initial: float | None = None
-        self.loss_final: float | None = None
-        self.grad_ms: list[float] = []
-        self.step_ms: list[float] = []
-        self.peak_mem_mb: float | None = None
-        self.rel_err_max: float | None = None
-        self.check_failed_at: dict[str, Any] | None = None
-        self.checks = 0
-        self.kinks = 0
-        self.steps = 0
-
-    def update(self, step: int, m: dict[str, float]) -> None:
-        self.steps = step + 1
-        loss = m.get("train/loss")
-        if loss is not None:
-            self.loss_initial = loss if self.loss_initial is None else self.loss_initial
-            self.loss_final = loss
-        for key, series in (("time/grad_ms", self.grad_ms), ("time/step_ms", self.step_ms)):
-            if key in m:
-                series.append(m[key])
-        if "mem/peak_mb" in m:
-            self.peak_mem_mb = max(self.peak_mem_mb or 0.0, m["mem/peak_mb"])
-        if "grad/rel_err" in m:
-            self.checks += 1
-            self.kinks += int(m.get("grad/kinks", 0))
-            err = m["grad/rel_err"]
-            self.rel_err_max = err if self.rel_err_max is None else max(self.rel_err_max, err)
-
-    def summary(self) -> dict[str, Any]:
-        def median(xs):
-            return statistics.median(xs) if xs else None
-
-        return {
-            "steps": self.steps,
-            "loss_initial": self.loss_initial,
-            "loss_final": self.loss_final,
-            "grad_rel_err_max": self.rel_err_max,
-            "grad_check": "fail" if self.check_failed_at else ("pass" if self.checks else "none"),
-            "grad_check_first_fail": self.check_failed_at,
-            "grad_checks": self.checks,
-            "grad_kinks": self.kinks,
-            "grad_ms_median": median(self.grad_ms),
-            "step_ms_median": median(self.step_ms),
-            "peak_mem_mb": self.peak_mem_mb,
-        }
-
-
 def json_safe(value: Any) -> Any:
     """JSON has no NaN/Infinity: write them as strings so the file stays valid JSON."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -106,13 +123,15 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def write_summary(path: str | Path, summary: dict[str, Any]) -> None:
+def write_summary(path: str | Path, summary: RunSummary | dict[str, Any]) -> None:
     """Write summary.json atomically (a crash mid-write never leaves half a file)."""
+    data = summary.to_dict() if isinstance(summary, RunSummary) else summary
     path = Path(path)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(json_safe(summary), indent=2, sort_keys=False) + "\n")
+    tmp.write_text(json.dumps(json_safe(data), indent=2, sort_keys=False) + "\n")
     tmp.replace(path)
 
 
 def read_summary(path: str | Path) -> dict[str, Any]:
+    """summary.json's content as written (RunSummary.from_dict gives the typed record)."""
     return json.loads(Path(path).read_text())

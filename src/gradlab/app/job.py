@@ -1,0 +1,191 @@
+"""A typed config in, every object of one training job out: model, data, method, the step and
+its checks, the loggers, the LightningModule and its Trainer. Nothing is patched afterwards."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from gradlab.app.config import ConfigError, TrainConfig
+from gradlab.app.sink import MetricSink
+from gradlab.training.data import Dataset, StepBatches
+from gradlab.training.state import RunState
+from gradlab.training.step import StepRunner
+
+
+class RunFailed(RuntimeError):
+    """A run that cannot start or cannot go on; the message is the one line the user sees."""
+
+
+@dataclass
+class Job:
+    cfg: TrainConfig
+    device: torch.device
+    model: torch.nn.Module
+    data: Dataset
+    state: RunState
+    runner: StepRunner
+    sink: MetricSink
+    module: object  # GradLabModule
+    trainer: object  # lightning.Trainer
+    batches: StepBatches
+    interrupt: object  # InterruptCheckpoint
+    wandb_logger: object | None
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RunFailed("device=cuda requested but CUDA is not available on this machine")
+    return torch.device(name)
+
+
+def build_job(cfg: TrainConfig, output_dir: Path, group: str | None = None) -> Job:
+    """Everything one run needs, from its typed config."""
+    from gradlab.app.module import GradLabModule, InterruptCheckpoint
+    from gradlab.models import build_model
+    from gradlab.training.data import make_dataset
+    from gradlab.training.optim import build_optimizer
+
+    # 1. where and in what precision
+    device = resolve_device(cfg.device)
+    torch.set_num_threads(cfg.threads)
+    dtype = getattr(torch, cfg.dtype)
+    # 2. the net, its data and the gradient method
+    m, d = cfg.model, cfg.data
+    sizes = {"d_in": m.d_in, "hidden": m.hidden, "d_out": m.d_out}
+    model = build_model(m.name, **sizes, seed=cfg.seed, dtype=dtype, device=device)
+    data = make_dataset(d.name, model, d.n_samples, d.batch_size, d.noise, cfg.seed, dtype, device)
+    method = _method(cfg)
+    # 3. the step, its checks, and the run's state
+    state, t = RunState(), cfg.trainer
+    checks = _checks(cfg, model, method, state)
+    runner = StepRunner(
+        model, method, cfg.grad.method, checks, state, t.mem_every, cfg.check.fail_fast
+    )
+    # 4. where the metrics go, then the Lightning objects around it all
+    csv, wandb_logger = _loggers(cfg, output_dir, runner, group)
+    sink = MetricSink(
+        state, t.log_every_n_steps, t.flush_every_n_steps, t.max_steps - 1, csv, wandb_logger
+    )
+    o = cfg.optimizer
+    options = {k: v for k, v in dataclasses.asdict(o).items() if k != "name"}
+    module = GradLabModule(
+        runner, sink, lambda params: build_optimizer(o.name, params, **options), cfg.seed
+    )
+    interrupt = InterruptCheckpoint(output_dir / "checkpoints" / "interrupted.ckpt")
+    trainer = _trainer(cfg, device, output_dir, [interrupt], wandb_logger)
+    batches = StepBatches(data, _start_step(cfg), t.inner_steps, _event_every(cfg))
+    parts = (model, data, state, runner, sink, module, trainer, batches, interrupt, wandb_logger)
+    return Job(cfg, device, *parts)
+
+
+def _method(cfg: TrainConfig):
+    from gradlab.grads import resolve
+
+    try:
+        method = resolve(cfg.grad.method)
+    except ValueError as e:
+        raise ConfigError(f"grad.method: {e}") from None
+    if cfg.grad.compile:
+        from gradlab.grads.compiled import compiled
+
+        method = compiled(method)
+    return method
+
+
+def _checks(cfg: TrainConfig, model, method, state: RunState):
+    """The run's checks (None without any)."""
+    from gradlab.check import Checker
+    from gradlab.grads import METHODS
+    from gradlab.training.checks import StepChecks
+
+    c = cfg.check
+    if not (c.directional_every or c.full_every):
+        return None
+    checker = Checker(model, method, METHODS["autograd"], c)
+    progress = ProgressLine() if c.full_max_gradients is None else None
+    return StepChecks(checker, c, state, progress)
+
+
+class ProgressLine:
+    """An explicit full check's progress on stderr, every two seconds or so."""
+
+    def __init__(self):
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done == total or now - self.last > 2.0:
+            self.last = now
+            print(f"full check: {done}/{total} coordinates", file=sys.stderr, flush=True)
+
+
+def _loggers(cfg: TrainConfig, output_dir: Path, runner: StepRunner, group: str | None):
+    """metrics.csv (logger csv) and the started W&B run (logger wandb), each or None."""
+    from gradlab.training import metrics
+    from gradlab.training.record import MetricsCSV
+
+    csv = None
+    if cfg.logger.csv is not None:
+        csv = MetricsCSV(output_dir / "metrics.csv", metrics.columns(runner.names))
+    wandb_logger = None
+    if cfg.logger.wandb is not None:
+        from gradlab.app.loggers import make_wandb_logger
+
+        w = cfg.logger.wandb
+        config = dataclasses.asdict(cfg)
+        wandb_logger = make_wandb_logger(w, cfg.run_name, output_dir, config, w.group or group)
+    return csv, wandb_logger
+
+
+def _trainer(cfg: TrainConfig, device, output_dir: Path, callbacks: list, wandb_logger):
+    import lightning as L
+
+    from gradlab.app.console import progress_wanted, quiet_lightning
+
+    quiet_lightning()
+    progress = progress_wanted(cfg.trainer.progress)
+    if progress:
+        from lightning.pytorch.callbacks import RichProgressBar
+
+        groups = -(-cfg.trainer.max_steps // cfg.trainer.inner_steps)  # the bar counts groups
+        callbacks = [*callbacks, RichProgressBar(refresh_rate=max(1, groups // 100))]
+    return L.Trainer(
+        accelerator="gpu" if device.type == "cuda" else "cpu",
+        devices=1,
+        max_steps=cfg.trainer.max_steps,
+        max_epochs=-1,
+        logger=[wandb_logger] if wandb_logger is not None else False,
+        enable_checkpointing=False,
+        enable_progress_bar=progress,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        log_every_n_steps=cfg.trainer.log_every_n_steps,
+        callbacks=callbacks,
+        default_root_dir=str(output_dir),
+    )
+
+
+def _start_step(cfg: TrainConfig) -> int:
+    """0, or the global step of the checkpoint the run resumes from."""
+    if not cfg.ckpt_path:
+        return 0
+    if not Path(cfg.ckpt_path).is_file():
+        raise RunFailed(f"ckpt_path={cfg.ckpt_path} does not exist")
+    return int(torch.load(cfg.ckpt_path, map_location="cpu", weights_only=False)["global_step"])
+
+
+def _event_every(cfg: TrainConfig) -> int:
+    """The period of the steps that run more than a gradient: checks, hand-over to the
+    loggers, the memory probe. Step groups end on its multiples."""
+    periods = [cfg.trainer.flush_every_n_steps, cfg.check.directional_every]
+    periods += [cfg.check.full_every, cfg.trainer.mem_every]
+    return math.gcd(*[p for p in periods if p])
