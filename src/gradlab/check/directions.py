@@ -13,16 +13,12 @@ O(D^2), so a check's cost stays a few gradients whatever the width. Bias parts a
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from gradlab.fd import EvaluationPoint, Steps
-
-# Directions over fewer entries than this (rows x parameters) are also made dense, so that a
-# gradient is projected on all of them in one product.
-DENSE_ENTRIES = 2**20
 
 
 @dataclass
@@ -34,19 +30,14 @@ class Directions:
     groups: list[Steps]
     tensor_of: Tensor | None
     spans: list[tuple[int, int]]
-    _dense: Tensor | None = field(default=None, repr=False)
 
     @property
     def rows(self) -> int:
         return sum(len(group) for group in self.groups)
 
     def project(self, g: Tensor) -> Tensor:
-        """g . d for every row (m,), from the flat gradient g (n,): one product with the dense
-        directions on small nets, rank-1 products layer by layer on large ones."""
-        if self._dense is None and self.rows * g.numel() <= DENSE_ENTRIES:
-            self._dense = self.dense(g.numel())
-        if self._dense is not None:
-            return torch.mv(self._dense, g)
+        """g . d for every row (m,), from the flat gradient g (n,): rank-1 products, layer by
+        layer (never the dense directions)."""
         parts = []
         for group in self.groups:
             total = None
@@ -59,24 +50,6 @@ class Directions:
                 total = term if total is None else total.add_(term)
             parts.append(total)
         return torch.cat(parts)
-
-    def dense(self, n: int) -> Tensor:
-        """The directions as rows (m, n) over theta."""
-        out = torch.zeros(
-            self.rows, n, dtype=torch.float64, device=self.groups[0].layers[0][1].device
-        )
-        row = 0
-        for group in self.groups:
-            p = len(group)
-            for j, (weight, t) in enumerate(group.layers, start=group.start):
-                if weight is not None:
-                    (u, v), (a, b) = weight, self.spans[j]
-                    out[row : row + p, a : b - t.shape[1]] = (u.unsqueeze(2) * v.unsqueeze(1)).view(
-                        p, -1
-                    )
-                    out[row : row + p, b - t.shape[1] : b] = t
-            row += p
-        return out
 
     def scaled(self, h: float) -> list[Steps]:
         """The groups as steps of length h."""
@@ -136,7 +109,7 @@ def _to(point: EvaluationPoint, steps: Steps) -> Steps:
     for w, b in steps.layers:
         w = None if w is None else tuple(t.to(device) for t in w)
         layers.append((w, None if b is None else b.to(device)))
-    return Steps(steps.start, layers, steps.length)
+    return Steps(steps.start, layers, steps.length, steps.scale)
 
 
 @functools.lru_cache(maxsize=64)

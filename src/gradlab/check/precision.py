@@ -36,6 +36,7 @@ FACTOR = 100.0
 KINK_ROUNDOFFS = 64.0
 LOWER = (torch.bfloat16, torch.float16, torch.float32)
 MIN_VALUES = 8
+SAMPLE = 64
 
 
 def unit_roundoff(dtype: torch.dtype) -> float:
@@ -125,10 +126,11 @@ def near_kinks(point: fd.EvaluationPoint, dtype: torch.dtype) -> list[str]:
 
 
 def effective_dtype(g: dict[str, Tensor]) -> str:
-    """The lowest dtype below g's own that holds every value of g exactly ("" if none): a
-    float64 gradient computed in float32 (or bfloat16, float16) by accident. A gradient with
-    fewer than MIN_VALUES non-zero entries says nothing either way."""
-    values = torch.cat([t.detach().reshape(-1) for t in g.values()])
+    """The lowest dtype below g's own that holds g's values exactly ("" if none): a float64
+    gradient computed in float32 (or bfloat16, float16) by accident. Up to SAMPLE values of
+    each tensor are tried (random float64 values all fitting a lower dtype by chance is out
+    of the question); fewer than MIN_VALUES non-zero ones say nothing either way."""
+    values = torch.cat([t.detach().reshape(-1)[:SAMPLE] for t in g.values()])
     values = values[values != 0]
     if values.numel() < MIN_VALUES:
         return ""

@@ -71,27 +71,31 @@ class Checker:
         progress: reference.Progress | None = None,
     ) -> Verdict:
         start = time.perf_counter()
-        s = self.settings
         point = fd.evaluation_point(self.model, x, y, torch.float64)
-        g64 = grads if self.dtype == torch.float64 else self._float64_gradient(point)
+        run64 = self.dtype == torch.float64
+        g64 = grads if run64 else self._float64_gradient(point)
         judged = grads if g64 is None else g64
-        tol = MATH_TOL if s.tol is None else s.tol
+        lower = precision.effective_dtype(judged)  # it holds only a lower dtype's values
+        tol = MATH_TOL if self.settings.tol is None else self.settings.tol
         ref, math_result = self._reference(mode, point, judged, tol, budget_s, progress)
-        basis, found = "float64 re-run" if g64 is not grads else "run dtype", None
-        rel_err = math_result.rel_err
-        if g64 is None:  # judge the run's own gradient against what its dtype achieves
+        found, rel_err, basis = (
+            None,
+            math_result.rel_err,
+            "run dtype" if run64 else "float64 re-run",
+        )
+        if g64 is None:  # the method cannot run in float64: its own gradient, at its dtype's level
             basis = f"run dtype ({self.fallback})"
             math_result = self._judged_at_dtype(ref, grads, self.dtype)
-        elif g64 is not grads:
+        elif lower:  # computed below float64 whatever it was given: precision, and math at that
+            basis += f" (its values are {lower})"
+            math_result = self._judged_at_dtype(ref, judged, getattr(torch, lower))
+            found = self._lower_precision(ref, grads, lower)
+            rel_err = found.rel_err
+        elif not run64:
             found = precision.judge(grads, g64, self._dtype_gradient(x, y, grads), point)
             rel_err = found.rel_err
             if not math_result.passed:  # g64 is wrong: the run gradient against the differences
                 rel_err = reference.compare(ref, grads, tol).rel_err
-        elif lower := precision.effective_dtype(grads):  # a float64 run computed below float64
-            per = dict(math_result.rel_err_per_param)
-            found = precision.Precision(rel_err, per, math.inf, effective_dtype=lower)
-            basis = f"run dtype (its values are {lower})"
-            math_result = self._judged_at_dtype(ref, grads, getattr(torch, lower))
         return Verdict(mode, math_result, found, basis, rel_err, time.perf_counter() - start)
 
     def _reference(self, mode, point, judged, tol, budget_s, progress):
@@ -131,15 +135,29 @@ class Checker:
             return lambda: grads
         return lambda: self.baseline(self.model, x, y)[1]
 
-    def _judged_at_dtype(self, ref, grads, dtype) -> CheckResult:
-        """The gradient against the differences at FACTOR times the error the baseline method
-        makes in `dtype` on the same batch (at least FACTOR unit roundoffs)."""
+    def _dtype_error(self, ref: reference.Reference, dtype: torch.dtype) -> float:
+        """The error the baseline method (autograd) makes in `dtype` on the reference's batch
+        (its worst tensor), at least one unit roundoff."""
         model = self.model if dtype == self.dtype else copy.deepcopy(self.model).to(dtype)
         _, own = self.baseline(model, ref.point.x.to(dtype), ref.point.y.to(dtype))
         base = reference.compare(ref, own, math.inf)
-        worst = max([base.rel_err, *base.rel_err_per_param.values()])
-        tol = precision.FACTOR * max(worst, precision.unit_roundoff(dtype))
-        return reference.compare(ref, grads, tol)
+        return max([base.rel_err, *base.rel_err_per_param.values(), precision.unit_roundoff(dtype)])
+
+    def _judged_at_dtype(self, ref, grads, dtype) -> CheckResult:
+        """The gradient against the differences at FACTOR times the error its dtype's baseline
+        makes on the same batch."""
+        return reference.compare(ref, grads, precision.FACTOR * self._dtype_error(ref, dtype))
+
+    def _lower_precision(self, ref, grads, lower: str) -> precision.Precision:
+        """The run gradient of a method that computes in `lower`: its error against the
+        differences, and how many times the run dtype's own that is."""
+        run = reference.compare(ref, grads, math.inf)
+        own = self._dtype_error(ref, self.dtype)
+        per = dict(run.rel_err_per_param)
+        worst = max(per, key=per.get, default="")
+        return precision.Precision(
+            run.rel_err, per, run.rel_err / own, own, worst, effective_dtype=lower
+        )
 
 
 def _well_formed(grads, point: fd.EvaluationPoint) -> None:

@@ -40,12 +40,13 @@ Weight = Tensor | tuple[Tensor, Tensor]  # dense (P, D_out, D_in), or rank-1 fac
 class Steps:
     """P steps in parameter space, layer by layer from layer `start` (the layers below do not
     move): for each, the weight step (dense or rank-1 factors, or None) and the bias step
-    ((P, D_out) or None); `length` bounds their lengths (it decides whether second-order terms
-    are carried: gradlab.fd.propagate)."""
+    ((P, D_out) or None), all to be multiplied by `scale`; `length` bounds the lengths of the
+    scaled steps (it decides whether second-order terms are carried: gradlab.fd.propagate)."""
 
     start: int
     layers: list[tuple[Weight | None, Tensor | None]]
     length: float
+    scale: float = 1.0
 
     def __len__(self) -> int:
         weight, bias = next((w, b) for w, b in self.layers if w is not None or b is not None)
@@ -54,17 +55,22 @@ class Steps:
         return len(weight[0]) if isinstance(weight, tuple) else len(weight)
 
     def select(self, rows: slice | Tensor, factor: float = 1.0) -> Steps:
-        """The steps of sets `rows`, scaled by `factor` (the factor goes on u and on the bias)."""
+        """The steps of sets `rows`, `factor` times longer (a scale, nothing copied for all
+        rows)."""
+        layers = self.layers
+        if not (isinstance(rows, slice) and rows == slice(None)):
 
-        def pick(weight: Weight | None) -> Weight | None:
-            if weight is None:
-                return None
-            if isinstance(weight, tuple):
-                return weight[0][rows] * factor, weight[1][rows]
-            return weight[rows] * factor
+            def pick(weight: Weight | None) -> Weight | None:
+                if weight is None:
+                    return None
+                return (
+                    (weight[0][rows], weight[1][rows])
+                    if isinstance(weight, tuple)
+                    else weight[rows]
+                )
 
-        layers = [(pick(w), None if b is None else b[rows] * factor) for w, b in self.layers]
-        return Steps(self.start, layers, self.length * abs(factor))
+            layers = [(pick(w), None if b is None else b[rows]) for w, b in self.layers]
+        return Steps(self.start, layers, self.length * abs(factor), self.scale * factor)
 
 
 def default_steps(theta: Tensor, h: float | None = None) -> Tensor:
@@ -137,7 +143,7 @@ def coordinate_differences(
 
 
 def _through(
-    point, start: int, delta: Delta | None, steps: list, even: bool
+    point, start: int, delta: Delta | None, steps: list, even: bool, scale: float = 1.0
 ) -> tuple[Delta, Tensor | None]:
     """Carry the change `delta` of z_{start-1} (None: nothing moved yet) up through layers
     start.. (each moved by its entry of `steps`), with its even part or not; returns the
@@ -149,7 +155,7 @@ def _through(
             z, a = base.pre[j - 1], base.acts[j]
             delta, f = activation_change(point.relu, z, a, own, delta, even)
             flips = _either(flips, f)
-        delta = layer_change(point.layers[j][0], base.acts[j], delta, weight, bias, even)
+        delta = layer_change(point.layers[j][0], base.acts[j], delta, weight, bias, even, scale)
     return delta, flips
 
 
@@ -174,7 +180,7 @@ def factor_differences(
     even = second_order(steps.length, point.theta.dtype)
     for start in range(0, p, chunk):
         part = steps if chunk >= p else steps.select(slice(start, start + chunk))
-        delta, flips = _through(point, steps.start, None, part.layers, even)
+        delta, flips = _through(point, steps.start, None, part.layers, even, steps.scale)
         fd[start : start + chunk] = loss_difference(point.forward.residual, delta)
         if flips is not None:
             kinked[start : start + chunk] = flips

@@ -49,18 +49,23 @@ class Delta(NamedTuple):
         return self.packed[:, self.batch :] if self.packed.shape[1] > self.batch else None
 
 
-def apply_weight(weight: Tensor | tuple[Tensor, Tensor], inputs: Tensor) -> Tensor:
-    """inputs @ S^T for the weight steps S of P sets: dense S (P, D_out, D_in), or rank-1
-    factors (u (P, D_out), v (P, D_in)) meaning S = u v^T; inputs (P, C, D_in) or a shared
-    (C, D_in) -> (P, C, D_out)."""
+def apply_weight(
+    weight: Tensor | tuple[Tensor, Tensor], inputs: Tensor, scale: float = 1.0
+) -> Tensor:
+    """scale * inputs @ S^T for the weight steps S of P sets: dense S (P, D_out, D_in), or
+    rank-1 factors (u (P, D_out), v (P, D_in)) meaning S = u v^T; inputs (P, C, D_in) or a
+    shared (C, D_in) -> (P, C, D_out)."""
     if isinstance(weight, tuple):
         u, v = weight
         if inputs.dim() == 2:  # shared inputs: one product for all sets
-            projected = torch.mm(inputs, v.t()).t().contiguous().unsqueeze(2)
+            projected = torch.mm(v, inputs.t()).unsqueeze(2)  # (P, C, 1)
         else:
             projected = torch.bmm(inputs, v.unsqueeze(2))  # (P, C, 1): v . x, O(C D) per set
+        if scale != 1.0:
+            projected.mul_(scale)
         return projected * u.unsqueeze(1)
-    return torch.matmul(inputs, weight.transpose(1, 2))
+    out = torch.matmul(inputs, weight.transpose(1, 2))
+    return out if scale == 1.0 else out.mul_(scale)
 
 
 def second_order(step: float, dtype: torch.dtype) -> bool:
@@ -75,25 +80,26 @@ def layer_change(
     weight: Tensor | tuple[Tensor, Tensor] | None,
     bias: Tensor | None,
     keep_even: bool = True,
+    scale: float = 1.0,
 ) -> Delta:
     """The change of z = a W^T + b in P sets, from the change `delta` of its input a (B, D_in)
     (None: a does not move) and the layer's own steps: `weight` (see apply_weight) and `bias`
-    (P, D_out), each None where the layer does not move; keep_even=False leaves the even part
-    out."""
+    (P, D_out), each None where the layer does not move, both times `scale`; keep_even=False
+    leaves the even part out."""
     batch = a.shape[0]
     packed = None
     if delta is None:  # the first layer that moves: z changes by S a + t, exactly linear
         if weight is not None:
-            packed = apply_weight(weight, a)
+            packed = apply_weight(weight, a, scale)
     else:
         flat = delta.packed.reshape(-1, w.shape[1])
         packed = torch.mm(flat, w.t()).view(*delta.packed.shape[:2], -1)  # [W o; W e], all sets
         if weight is not None and not keep_even:  # O = S a + W o (+ t)
-            packed.add_(apply_weight(weight, a))
+            packed.add_(apply_weight(weight, a, scale))
         elif weight is not None:
             even = delta.even
             top = a.expand(len(packed), -1, -1) if even is None else even + a
-            s_part = apply_weight(weight, torch.cat([top, delta.odd], dim=1))  # [S(a+e); S o]
+            s_part = apply_weight(weight, torch.cat([top, delta.odd], dim=1), scale)  # [S(a+e); So]
             if even is None:  # W e = 0: the even part is S o alone
                 s_part[:, :batch] += packed
                 packed = s_part
@@ -102,8 +108,8 @@ def layer_change(
     if bias is not None:
         t = bias.unsqueeze(1)  # (P, 1, D_out)
         if packed is None:
-            return Delta(t.expand(-1, batch, -1).clone(), batch)
-        packed[:, :batch] += t
+            return Delta(t.expand(-1, batch, -1) * scale, batch)
+        packed[:, :batch].add_(t, alpha=scale)
     return Delta(packed, batch)
 
 
@@ -154,7 +160,7 @@ def loss_difference(residual: Tensor, delta: Delta) -> Tensor:
     """(L(+) - L(-)) / 2 per set (P,) for the output's change `delta`: 2 mean(O (r + E))."""
     even = delta.even
     r = residual if even is None else even + residual
-    return (delta.odd * r).mean(dim=(1, 2)).mul_(2)
+    return (delta.odd * r).sum(dim=(1, 2)).mul_(2 / r.shape[-2:].numel())
 
 
 def any_per_set(mask: Tensor) -> Tensor:
