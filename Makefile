@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup train test lint bench clean
+.PHONY: setup train test test-full lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -22,11 +22,15 @@ setup: $(STAMP)
 train: $(STAMP)
 	$(BIN)/python src/train.py $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP)  # the fast suite: every method, the checks, one run through the CLI
+	$(BIN)/python -m pytest -m "not slow" $(ARGS)
+
+test-full: $(STAMP)  # everything: the CLI's runs, sweeps, faults, reports, compile
 	$(BIN)/python -m pytest $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests scripts
+	$(BIN)/ruff format --check src tests scripts
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench_grads.py --out experiments/bench_grads.json

@@ -57,13 +57,9 @@ def _cli(args: list[str], cwd: Path) -> float:
 
 
 def _compose(overrides: list[str]):
-    from hydra import compose, initialize_config_dir
+    from gradlab.app.cli import compose
 
-    from gradlab.app.config import register
-
-    register()
-    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        return compose("train", overrides=overrides)
+    return compose(ROOT / "conf", overrides)
 
 
 def _fit_seconds(overrides: list[str], steps: int, plain: bool, device: str) -> float:

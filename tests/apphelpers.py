@@ -8,22 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-
-from gradlab.app.config import register
+from gradlab.app.cli import compose
 from gradlab.training.record import RunSummary, read_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
 TRAIN = ROOT / "src" / "train.py"
 
-register()
-
 
 def compose_cfg(*overrides: str):
     """The composed train config (no run), as `python src/train.py OVERRIDES` would see it."""
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        return compose("train", overrides=list(overrides))
+    return compose(CONF, list(overrides))
 
 
 def run_cli(*args: str, cwd: Path, timeout: float = 120, env: dict | None = None):

@@ -5,6 +5,8 @@ differences it rests on."""
 from __future__ import annotations
 
 import math
+import runpy
+from pathlib import Path
 
 import pytest
 import torch
@@ -169,3 +171,17 @@ def test_a_nan_in_one_tensor_fails_that_tensor_only(make_batch):
     v = _verdict(nan_bias, model, x, y)
     assert not v.passed and v.math.failing_params == ["layer2.bias"]
     assert v.math.rel_err_per_param["layer2.bias"] == math.inf
+
+
+@pytest.mark.slow
+def test_a_slice_of_the_false_alarm_soak():
+    # experiments/verdict/soak.py, shortened: every model, optimizer and dtype, two methods
+    soak = runpy.run_path(str(Path(__file__).resolve().parents[1] / "experiments/verdict/soak.py"))
+    result = soak["main"](["--steps", "12", "--long-steps", "60", "--seeds", "0",
+                           "--methods", "manual", "tape", "--no-write"])  # fmt: skip
+    runs = result["runs"]
+    assert len(runs) == 2 * 2 * 3 * 2 + 2 * 2 * 2 + 2 * 2  # grid, long (adam), kinks (relu sgd)
+    assert all(r["status"] == "completed" and r["checks"] > 0 for r in runs)
+    assert sum(r["math_failures"] for r in runs) == 0
+    assert sum(r["precision_findings"] for r in runs) == 0
+    assert sum(r["kinks"] for r in runs if r["group"] == "kinks") > 0

@@ -66,14 +66,11 @@ def precheck(argv: list[str], conf_dir: Path) -> None:
         if multirun:
             _check_fresh_dir(argv)
             return
-        from hydra import compose, initialize_config_dir
-
         plain = [a for a in overrides if not a.lstrip("+~").startswith("hydra")]
-        with initialize_config_dir(str(conf_dir), version_base="1.3"):
-            try:
-                cfg = compose("train", overrides=plain)
-            except Exception as e:  # Hydra/OmegaConf: unknown key, wrong type, missing value
-                raise ConfigError(_one_line(e)) from None
+        try:
+            cfg = compose(conf_dir, plain)
+        except Exception as e:  # Hydra/OmegaConf: unknown key, wrong type, missing value
+            raise ConfigError(_one_line(e)) from None
         try:
             validate(cfg)
         except OmegaConfBaseException as e:  # e.g. a required (???) value left unset
@@ -82,6 +79,17 @@ def precheck(argv: list[str], conf_dir: Path) -> None:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def compose(conf_dir: Path, overrides: list[str], with_hydra: bool = False) -> DictConfig:
+    """The train config as `python src/train.py OVERRIDES` composes it, without running (with
+    Hydra's own node when with_hydra)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    register()
+    with initialize_config_dir(str(conf_dir), version_base="1.3"):
+        return hydra_compose("train", overrides=list(overrides), return_hydra_config=with_hydra)
 
 
 def _one_line(e: BaseException) -> str:

@@ -15,6 +15,22 @@ from gradlab.check.gradient import MODES
 from gradlab.check.result import DEFAULT_TOL, CheckResult, directional_metrics, metrics
 
 
+def _analytic(fn, xs: list[Tensor], gen) -> tuple[Tensor, Tensor, str]:
+    """dF/dx (flat) through fn's own backward, for F = sum(w * fn(*xs)) with a random weight w
+    shaped like the output; a backward that fails gives NaNs and its reason."""
+    leaves = [v.clone().requires_grad_() for v in xs]
+    theta = torch.cat([v.reshape(-1) for v in xs])
+    with torch.enable_grad():
+        out = fn(*[v.clone() for v in leaves])  # clones: fn may modify its inputs (mark_dirty)
+        w = torch.randn(out.shape, dtype=torch.float64, generator=gen).to(out.device)
+        try:
+            grads = torch.autograd.grad((out * w).sum(), leaves, allow_unused=True)
+        except Exception as e:  # any failure of fn's backward is a failed check, with its reason
+            return torch.full_like(theta, math.nan), w, f"{type(e).__name__}: {e}"
+    parts = [torch.zeros_like(v) if gr is None else gr for v, gr in zip(xs, grads)]
+    return torch.cat([gr.reshape(-1).to(theta) for gr in parts]), w, ""
+
+
 def check_function(
     fn: Callable[..., Tensor],
     inputs: Sequence[Tensor],
@@ -43,22 +59,7 @@ def check_function(
     names = [f"input{i}" for i in range(len(xs))]
     theta = torch.cat([v.reshape(-1) for v in xs])
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
-    leaves = [v.clone().requires_grad_() for v in xs]
-    error = ""
-    with torch.enable_grad():
-        out = fn(*[v.clone() for v in leaves])  # clones: fn may modify its inputs (mark_dirty)
-        w = torch.randn(out.shape, dtype=torch.float64, generator=gen).to(out.device)
-        try:
-            grads = torch.autograd.grad((out * w).sum(), leaves, allow_unused=True)
-            g = torch.cat(
-                [
-                    (gr if gr is not None else torch.zeros_like(v)).reshape(-1).to(theta)
-                    for v, gr in zip(xs, grads)
-                ]
-            )
-        except Exception as e:  # any failure of fn's backward is a failed check, with its reason
-            error = f"{type(e).__name__}: {e}"
-            g = torch.full_like(theta, math.nan)
+    g, w, error = _analytic(fn, xs, gen)
     if tol is None:
         tol = DEFAULT_TOL[torch.float64]
     h_vec = fd.plain_steps(theta, h)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+import gradlab.check.reference as reference
 from gradlab import fd
-from gradlab.check import reference
 from gradlab.check.directions import global_directions, tensor_directions
 from gradlab.check.result import DEFAULT_TOL, CheckResult
 from gradlab.models import MLP

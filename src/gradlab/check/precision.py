@@ -8,7 +8,7 @@ error of autograd in that dtype, b_t (at least one unit roundoff). The ratio e_t
 figure; a gradient computed at lower precision than the run's dtype (a bfloat16 step inside a
 float32 backward, finite differences in float32) shows a ratio of hundreds or more, a correct
 float32 method one near 1. The dtype's own error is measured only when it could matter: while
-every e_t <= FACTOR unit roundoffs the ratio cannot exceed FACTOR.
+every e_t <= FACTOR unit roundoffs the ratio cannot exceed FACTOR, and it is not measured.
 
 A float32 gradient may legitimately take the other one-sided derivative at a ReLU kink that a
 sample sits on within float32 rounding; where a finding would rest on such a tensor (a hidden
@@ -50,7 +50,7 @@ class Precision:
 
     rel_err: float
     rel_err_per_param: dict[str, float]
-    ratio: float  # max_t e_t / max(b_t, unit roundoff); an upper bound while dtype_rel_err is None
+    ratio: float | None  # max_t e_t / max(b_t, unit roundoff); None: not measured (<= FACTOR)
     dtype_rel_err: float | None = None  # max_t b_t, when it was measured
     worst_param: str = ""
     excluded: list[str] = field(default_factory=list)  # tensors left out (a kink within rounding)
@@ -58,7 +58,7 @@ class Precision:
 
     @property
     def finding(self) -> bool:
-        return bool(self.ratio > FACTOR or self.effective_dtype)
+        return bool((self.ratio or 0.0) > FACTOR or self.effective_dtype)
 
 
 def errors(g: dict[str, Tensor], ref: dict[str, Tensor]) -> dict[str, float]:
@@ -91,7 +91,7 @@ def judge(
     e_run = errors(g_run, g64)
     worst = max(e_run, key=e_run.get)
     if e_run[worst] <= FACTOR * u:  # cannot be a finding: no need for the dtype's own error
-        return Precision(e_run[worst], e_run, e_run[worst] / u, worst_param=worst)
+        return Precision(e_run[worst], e_run, None, worst_param=worst)
     e_base = errors(dtype_gradient(), g64)
     ratios = {n: e / max(e_base[n], u) for n, e in e_run.items()}
     excluded = []

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+import gradlab.check.gradient as gradient
+import gradlab.check.precision as precision
+import gradlab.check.reference as reference
 from gradlab import fd
-from gradlab.check import gradient, precision, reference
 from gradlab.check.result import CheckResult
 from gradlab.check.settings import CheckSettings
 

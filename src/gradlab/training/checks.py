@@ -8,9 +8,9 @@ import statistics
 
 from torch import Tensor
 
+import gradlab.training.metrics as m
 from gradlab.check import Checker, CheckSettings, Verdict
 from gradlab.check.reference import Progress
-from gradlab.training import metrics as m
 from gradlab.training.state import RunState
 
 
@@ -65,8 +65,7 @@ def verdict_metrics(verdict: Verdict) -> dict[str, float]:
     out.update({m.MAX_ABS_DIFF: result.max_abs_diff, m.CHECK_MS: verdict.seconds * 1e3})
     if verdict.mode == "full":
         out.update({m.FULL_REL_ERR: verdict.rel_err, m.COVERAGE: result.coverage})
-    if found is not None:
+    if found is not None and found.ratio is not None:  # measured against the dtype's own error
         out[m.PRECISION_RATIO] = found.ratio
-        if found.dtype_rel_err is not None:
-            out[m.DTYPE_REL_ERR] = found.dtype_rel_err
+        out[m.DTYPE_REL_ERR] = found.dtype_rel_err
     return out

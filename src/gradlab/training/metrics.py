@@ -8,8 +8,9 @@ The check figures (gradlab.check's docstring says how each is measured):
                           differences, where the check measured tensors one by one (a full
                           check, or directions that escalated to per-tensor ones)
   grad/math_rel_err       the gradient the math was judged on, against the differences
-  grad/precision_ratio    the run gradient's error over the one its dtype itself makes
-  grad/dtype_rel_err      that error of the dtype itself (autograd), when measured
+  grad/precision_ratio    the run gradient's error over the one its dtype itself makes, where
+                          it was measured (only when the error could make it exceed 100)
+  grad/dtype_rel_err      that error of the dtype itself (autograd), with it
   grad/coverage           the fraction of coordinates a full check compared
 """
 

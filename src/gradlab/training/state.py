@@ -7,8 +7,8 @@ import math
 import statistics
 from typing import Any
 
+import gradlab.training.metrics as m
 from gradlab.check import Verdict
-from gradlab.training import metrics as m
 
 
 class RunState:

@@ -14,8 +14,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+import gradlab.training.metrics as m
 from gradlab.measure.memory import peak_bytes
-from gradlab.training import metrics as m
 from gradlab.training.checks import StepChecks
 from gradlab.training.output import AllFinite, GradientMethodError, well_formed
 from gradlab.training.state import RunState
