@@ -11,6 +11,8 @@ from gradlab.grads import METHODS
 from gradlab.grads.compiled import CompileError, compile_error, compiled
 from gradlab.models import MODELS, two_layer_sigmoid
 
+pytestmark = pytest.mark.slow  # torch.compile: seconds per compilation
+
 F64 = torch.float64
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, CUDA])]

@@ -20,8 +20,14 @@ _script.loader.exec_module(cli)
 
 SECTIONS = {
     "Loss": {"train/loss"},
-    "Gradient check": {"grad/rel_err", "grad/cos_sim", "grad/kinks"},
-    "Speed": {"time/grad_ms", "time/step_ms"},
+    "Gradient check": {
+        "grad/rel_err",
+        "grad/math_rel_err",
+        "grad/precision_ratio",
+        "grad/cos_sim",
+        "grad/kinks",
+    },
+    "Speed": {"time/grad_ms", "time/step_ms", "time/check_ms"},
     "Memory": {"mem/peak_mb"},
 }
 
@@ -116,6 +122,7 @@ def test_netrc_entry_counts_as_logged_in(offline, tmp_path, monkeypatch):
     assert not has_api_key()  # the entry is for another host
 
 
+@pytest.mark.slow
 def test_cli_offline_process(tmp_path):
     """The real script in a fresh process: no key, no netrc, W&B offline; exits 0 with the hint."""
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "WANDB_MODE": "offline"}

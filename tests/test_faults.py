@@ -20,6 +20,7 @@ from gradlab.training.record import read_metrics
 TESTS = Path(__file__).resolve().parent
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args,key",
     [
@@ -40,6 +41,7 @@ def test_bad_config_is_one_line_before_training(tmp_path, args, key):
     assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path")
 def test_cuda_requested_without_cuda(tmp_path):
     proc = run_cli("device=cuda", "logger=csv", f"hydra.run.dir={tmp_path / 'R'}", cwd=tmp_path)
@@ -73,6 +75,7 @@ def test_rows_logged_before_a_failure_are_all_written(tmp_path, monkeypatch):
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.csv")] == list(range(13))
 
 
+@pytest.mark.slow
 def test_divergence_stops_at_first_nonfinite_step(tmp_path):
     proc = run_cli(
         "optimizer.lr=1e6",
@@ -128,6 +131,7 @@ def test_nonfinite_gradient_with_a_finite_loss_stops_before_the_update(bad, layo
     assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))  # not applied
 
 
+@pytest.mark.slow
 def test_divergent_job_does_not_stop_the_sweep(tmp_path):
     proc = run_cli(
         "-m",
@@ -220,6 +224,7 @@ def _interrupt(run_dir: Path, sig: int, *extra: str) -> subprocess.CompletedProc
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+@pytest.mark.slow
 def test_sigint_saves_everything_and_resume_matches(tmp_path):
     a = tmp_path / "A"
     proc = _interrupt(a, signal.SIGINT, "logger=csv")
@@ -255,6 +260,7 @@ def test_sigint_saves_everything_and_resume_matches(tmp_path):
     assert torch.equal(got, expect)  # the same computation from the same state: bit for bit
 
 
+@pytest.mark.slow
 def test_interrupt_inside_a_step_group_resumes_exactly(tmp_path):
     # Lightning runs trainer.inner_steps = 10 optimizer steps per batch: a stop at step 14 is
     # inside the group 10..19; the checkpoint holds 14 steps and the resumed run goes on at 14
@@ -289,6 +295,7 @@ def test_interrupt_inside_a_step_group_resumes_exactly(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_sigterm_preemption_finishes_wandb_and_checkpoints(tmp_path):
     a = tmp_path / "T"
     proc = _interrupt(a, signal.SIGTERM)
@@ -300,6 +307,7 @@ def test_sigterm_preemption_finishes_wandb_and_checkpoints(tmp_path):
     assert len(read_metrics(a / "metrics.csv")) == s.steps
 
 
+@pytest.mark.slow
 def test_wandb_unreachable_falls_back_offline_without_leaking_the_key(tmp_path):
     key = "0123456789abcdef0123456789abcdef01234567"
     proc = run_cli(
@@ -317,6 +325,7 @@ def test_wandb_unreachable_falls_back_offline_without_leaking_the_key(tmp_path):
     assert s.status == "completed" and Path(s.wandb_dir).name.startswith("offline-run-")
 
 
+@pytest.mark.slow
 def test_a_run_never_overwrites_an_earlier_run(tmp_path):
     run_dir = tmp_path / "R"
     first = run_cli("logger=csv", "trainer.max_steps=5", f"hydra.run.dir={run_dir}", cwd=tmp_path)

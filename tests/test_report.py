@@ -46,6 +46,7 @@ def _csv_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_sweep_table_one_row_per_method_and_model(sweep):
     rows = _csv_rows(sweep / "report.csv")
     assert list(rows[0]) == report_table.COLUMNS
@@ -78,6 +79,7 @@ def test_sweep_table_one_row_per_method_and_model(sweep):
     assert "grad ms median (IQR)" in table[0] and "peak mem KiB" in table[0]
 
 
+@pytest.mark.slow
 def test_sweep_plots_are_pngs(sweep):
     pngs = sorted(sweep.glob("*.png"))
     assert {p.name for p in pngs} == set(write.PLOTS)
@@ -89,6 +91,7 @@ def test_sweep_plots_are_pngs(sweep):
     assert all(f"]({p.name})" in (sweep / "report.md").read_text() for p in pngs)
 
 
+@pytest.mark.slow
 def test_sweep_html_is_self_contained(sweep):
     page = (sweep / "report.html").read_text()
     sources = re.findall(r'src="([^"]*)"', page)
@@ -191,6 +194,7 @@ def test_only_failed_runs_still_report(tmp_path):
     assert "| failed |" in (tmp_path / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_cli_without_runs_exits_2(tmp_path):
     r = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "report.py"), str(tmp_path)],

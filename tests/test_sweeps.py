@@ -8,6 +8,8 @@ import pytest
 
 from apphelpers import run_cli, wandb_history, wandb_records
 
+pytestmark = pytest.mark.slow  # the real CLI: seconds per sweep
+
 
 @pytest.mark.parametrize("launcher", ["basic", "joblib"])
 def test_two_by_two_sweep_writes_summary(tmp_path, launcher):

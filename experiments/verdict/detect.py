@@ -16,6 +16,7 @@ the README's detect section.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -50,6 +51,7 @@ def cases() -> list[tuple[str, float | None]]:
 def flagged(kind: str, size: float | None, dtype: str, cadence: str, steps: int, model: str):
     """(checks until flagged, its step, what flagged it) of one training run, or None."""
     os.environ.update(DEFECT_KIND=kind, DEFECT_SIZE=str(size or 0.0))
+    defects.reset()  # every run starts with a fresh method
     overrides = [
         f"model={model}",
         "grad=custom",
@@ -67,16 +69,14 @@ def flagged(kind: str, size: float | None, dtype: str, cadence: str, steps: int,
             int(r["step"]) for r in read_metrics(Path(tmp) / "metrics.csv") if m.MATH_REL_ERR in r
         ]
     found = []
-    if s.grad_check_first_fail:
-        found.append((s.grad_check_first_fail["step"], "math"))
-    if s.grad_precision_first:
-        found.append((s.grad_precision_first["step"], "precision"))
+    for record, what in ((s.grad_check_first_fail, "math"), (s.grad_precision_first, "precision")):
+        if record:
+            found.append((record["step"], what, record["param"]))
     if not found:
         return None
-    step = min(step for step, _ in found)
-    what = "+".join(w for st, w in found if st == step)
+    step, what, param = min(found)
     first_seen = 1 if kind == "leak" else 0  # a leak shows from the second call on
-    return sum(first_seen <= c <= step for c in checked), step, what
+    return sum(first_seen <= c <= step for c in checked), step, what, param
 
 
 def other_checks(kind: str, size: float | None, model_name: str) -> dict[str, bool]:
@@ -134,8 +134,8 @@ def _gradcheck_passes(method, model, x, y) -> bool:
 def cell(found) -> str:
     if found is None:
         return "missed"
-    checks, step, what = found
-    return f"check {checks} (step {step}), {what}"
+    checks, step, what, param = found
+    return f"check {checks} (step {step}): {what}, {param}"
 
 
 def table(rows: list[dict], steps: int) -> str:
@@ -165,9 +165,9 @@ def table(rows: list[dict], steps: int) -> str:
         "",
         f"Each run trains {steps} steps of {rows[0]['model']} (the defect on "
         "layer3.bias; transpose on layer2.weight); 'check n (step s)': the n-th check that "
-        "saw the defect flagged it, at step s, by its math or its precision. The default "
-        "checks run a full check at step 0, so the directional-only columns show what a "
-        "directional check alone finds.",
+        "saw the defect flagged it, at step s, by its math or its precision, naming that "
+        "tensor. The default checks run a full check at step 0, so the directional-only columns "
+        "show what a directional check alone finds.",
     ]
     return "\n".join(lines)
 
@@ -178,7 +178,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model", default="three_layer_relu")
     parser.add_argument("--out-dir", type=Path, default=HERE)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--render", type=Path, help="only rewrite the table from this JSON")
     args = parser.parse_args(argv)
+    if args.render:
+        result = json.loads(args.render.read_text())
+        write_results(args.out_dir, "detect", result, table(result["rows"], result["steps"]))
+        return result
     torch.set_num_threads(1)
     rows = []
     for kind, size in cases():

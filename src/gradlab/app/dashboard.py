@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import gradlab.training.metrics as m
+
 PLACEHOLDER_ENTITY = "<your-entity>"
 # Lightning's WandbLogger logs every row with trainer/global_step and makes it the step metric;
 # W&B's own _step restarts when a resumed run starts a new W&B run, the training step does not.
@@ -35,30 +37,43 @@ class Panel:
 
 
 SECTIONS: dict[str, list[Panel]] = {
-    "Loss": [Panel("Training loss", ("train/loss",), "loss (MSE)", log_y=True)],
+    "Loss": [Panel("Training loss", (m.LOSS,), "loss (MSE)", log_y=True)],
     "Gradient check": [
         Panel(
-            "Relative error vs finite differences",
-            ("grad/rel_err",),
-            "‖g − g_fd‖ / max(‖g‖, ‖g_fd‖)",
+            "Relative error of the run's gradient vs the reference",
+            (m.REL_ERR,),
+            "‖g − g_ref‖ / max(‖g‖, ‖g_ref‖)",
             log_y=True,
         ),
-        Panel("Cosine similarity to finite differences", ("grad/cos_sim",), "cosine"),
-        Panel("ReLU kinks straddled by the check", ("grad/kinks",), "perturbations"),
+        Panel(
+            "Math: the float64 gradient vs finite differences",
+            (m.MATH_REL_ERR,),
+            "relative error",
+            log_y=True,
+        ),
+        Panel(
+            "Precision: the run's error over its dtype's own",
+            (m.PRECISION_RATIO,),
+            "ratio",
+            log_y=True,
+        ),
+        Panel("Cosine similarity to finite differences", (m.COS_SIM,), "cosine"),
+        Panel("ReLU kinks straddled by the check", (m.KINKS,), "perturbations"),
         Panel(
             "Relative error per parameter",
             y_title="relative error",
             log_y=True,
-            regex=r"^grad/rel_err/.+$",
+            regex=rf"^{m.REL_ERR_PREFIX}.+$",
         ),
     ],
     "Speed": [
-        Panel("Gradient time (loss + gradients)", ("time/grad_ms",), "ms"),
-        Panel("Training step time (incl. check and optimizer)", ("time/step_ms",), "ms"),
+        Panel("Gradient time (loss + gradients)", (m.GRAD_MS,), "ms"),
+        Panel("Training step time (incl. check and optimizer)", (m.STEP_MS,), "ms"),
+        Panel("Check time", (m.CHECK_MS,), "ms"),
     ],
     "Memory": [
-        Panel("Peak memory of one gradient computation", ("mem/peak_mb",), "MiB"),
-        Panel("Peak memory, last measurement", ("mem/peak_mb",), "MiB", bars=True),
+        Panel("Peak memory of one gradient computation", (m.PEAK_MB,), "MiB"),
+        Panel("Peak memory, last measurement", (m.PEAK_MB,), "MiB", bars=True),
     ],
 }
 

@@ -19,9 +19,9 @@ from gradlab import fd
 from gradlab.check.result import CheckResult
 from gradlab.check.settings import CheckSettings
 
-# Math is judged in float64: a correct gradient meets the exact differences to ~1e-13 (rounding,
-# amplified where a sum over samples nearly cancels), so a defect of 1e-8 of a tensor's norm
-# stands out tenfold.
+# Math is judged in float64: a correct gradient meets the exact differences to rounding (more
+# where a sum over samples nearly cancels), far below this, and a defect of 1e-8 of a tensor's
+# norm is ten times it.
 MATH_TOL = 1e-9
 
 GradMethod = Callable[[nn.Module, Tensor, Tensor], "tuple[Tensor, dict[str, Tensor]]"]

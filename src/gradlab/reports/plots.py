@@ -9,6 +9,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+import gradlab.training.metrics as m
 from gradlab.reports.runs import Run
 from gradlab.reports.table import Report, order_key
 
@@ -118,7 +119,7 @@ class Plotter:
 
     def boxes(self) -> Figure | None:
         panels = self._panels(
-            lambda k: [x for r in self.r.groups[k] for x in r.series("time/grad_ms")[1]]
+            lambda k: [x for r in self.r.groups[k] for x in r.series(m.GRAD_MS)[1]]
         )
         if not panels:
             return None
@@ -171,11 +172,12 @@ class Plotter:
 
     def figures(self) -> dict[str, Figure | None]:
         return {
-            "loss.png": self.lines("train/loss", "Training loss per step", "loss (MSE)", None),
+            "loss.png": self.lines(m.LOSS, "Training loss per step", "loss (MSE)", None),
             "grad_rel_err.png": self.lines(
-                "grad/rel_err",
-                "Gradient relative error against central finite differences\n(taken in float64)",
-                "relative error ‖g − g_fd‖ / max(‖g‖, ‖g_fd‖)",
+                m.REL_ERR,
+                "Relative error of the run's gradient\n"
+                "(against its verified float64 re-run, or the float64 differences)",
+                "relative error ‖g − g_ref‖ / max(‖g‖, ‖g_ref‖)",
                 True,
             ),
             "grad_ms.png": self.boxes(),

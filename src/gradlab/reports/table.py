@@ -9,13 +9,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import gradlab.training.metrics as m
 from gradlab.reports.format import cell, tally
 from gradlab.reports.runs import Run
 
 KEY = ("model", "grad", "method", "optimizer", "lr", "dtype", "device", "data")
 GRAD_ORDER = ("autograd", "manual", "function", "fused", "tape", "numerical")
 COLUMNS = [*KEY, "n", "status", "steps", "grad_ms_median", "grad_ms_p25", "grad_ms_p75"]
-COLUMNS += ["step_ms_median", "peak_mem_mb", "rel_err_max", "rel_err_median", "grad_check"]
+COLUMNS += ["step_ms_median", "check_ms_median", "check_time_ratio", "peak_mem_mb"]
+COLUMNS += ["rel_err_max", "rel_err_median", "math_rel_err_max", "grad_check", "precision"]
 COLUMNS += ["loss_final", "reason"]
 
 
@@ -74,63 +76,75 @@ def _span(xs: Iterable[float | None]) -> str:
     return "" if not xs else str(xs[0]) if len(xs) == 1 else f"{xs[0]}–{xs[-1]}"
 
 
-def _verdict(checks: list[str]) -> str:
-    fails = checks.count("fail")
+def _verdict(checks: list[str], bad: str = "fail") -> str:
+    fails = checks.count(bad)
     if fails:
-        return "fail" if len(checks) == 1 else f"fail ({fails}/{len(checks)})"
+        return bad if len(checks) == 1 else f"{bad} ({fails}/{len(checks)})"
     return _tally(checks)
 
 
-def group_row(key: tuple, runs: list[Run]) -> dict[str, Any]:
-    """One table row: per-run figures, then the median across runs (max for the worst error)."""
-    grad_ms = [x for r in runs for x in r.series("time/grad_ms")[1]]
-    p25, p75 = _quartiles(grad_ms)
-    checks = [r.check_verdict() for r in runs]
-    losses = [_num(r.summary.loss_final) for r in runs]
+def _per_run(runs: list[Run], metric: str, summary_key: str, agg=statistics.median) -> list:
+    """summary.json's figure (over every step) where it has one, else metrics.csv's, which holds
+    only the logged steps (trainer.log_every_n_steps)."""
+    out = []
+    for r in runs:
+        value = _num(getattr(r.summary, summary_key))
+        values = r.series(metric)[1]
+        out.append(value if value is not None else (agg(values) if values else None))
+    return out
+
+
+def _worst(xs: Iterable[float | None]) -> float | None:
+    """The largest; inf (a NaN/inf gradient) is the worst error, not a missing one."""
+    return max((x for x in xs if x is not None and x == x), default=None)
+
+
+def _reasons(runs: list[Run], checks: list[str]) -> str:
     reasons = dict.fromkeys(r.summary.reason for r in runs if r.summary.reason)
-    first_fails = [r.summary.grad_check_first_fail for r, c in zip(runs, checks) if c == "fail"]
-    if first_fails:
-        f = first_fails[0]
+    fails = [r.summary.grad_check_first_fail for r, c in zip(runs, checks) if c == "fail"]
+    if fails:
+        f = fails[0]
         reasons[
             f"check failed at step {f.get('step')} on {f.get('param')}: "
             f"rel err {_num(f.get('rel_err')):.3g} > tol {_num(f.get('tol')):.3g}"
         ] = None
+    if found := next((r.summary.grad_precision_first for r in runs
+                      if r.summary.grad_precision_first), None):  # fmt: skip
+        what = found.get("effective_dtype") or f"{_num(found.get('ratio')):.3g}x the dtype's own"
+        reasons[
+            f"precision finding at step {found.get('step')} on {found.get('param')}: {what}"
+        ] = None
+    return "; ".join(reasons)
 
-    def per_run(metric: str, summary_key: str, agg=statistics.median) -> list[float | None]:
-        """summary.json's figure (over every step) where it has one, else metrics.csv's, which
-        holds only the logged steps (trainer.log_every_n_steps)."""
-        out = []
-        for r in runs:
-            value = _num(getattr(r.summary, summary_key))
-            values = r.series(metric)[1]
-            out.append(value if value is not None else (agg(values) if values else None))
-        return out
 
+def group_row(key: tuple, runs: list[Run]) -> dict[str, Any]:
+    """One table row: per-run figures, then the median across runs (max for the worst error)."""
+    grad_ms = [x for r in runs for x in r.series(m.GRAD_MS)[1]]
+    p25, p75 = _quartiles(grad_ms)
+    checks = [r.check_verdict() for r in runs]
+    losses = [_num(r.summary.loss_final) for r in runs]
     return {
         **dict(zip(KEY, key)),
         "n": len(runs),
         "status": _tally([r.summary.status for r in runs]),
         "steps": _span(_num(r.summary.steps) for r in runs),
-        "grad_ms_median": _median(per_run("time/grad_ms", "grad_ms_median")),
+        "grad_ms_median": _median(_per_run(runs, m.GRAD_MS, "grad_ms_median")),
         "grad_ms_p25": p25,
         "grad_ms_p75": p75,
-        "step_ms_median": _median(per_run("time/step_ms", "step_ms_median")),
-        "peak_mem_mb": _median(per_run("mem/peak_mb", "peak_mem_mb", max)),
-        "rel_err_max": max(  # inf (a NaN/inf gradient) is the worst error, not a missing one
-            (
-                x
-                for x in per_run("grad/rel_err", "grad_rel_err_max", max)
-                if x is not None and x == x
-            ),
-            default=None,
-        ),
-        "rel_err_median": _median(x for r in runs for x in r.series("grad/rel_err")[1]),
+        "step_ms_median": _median(_per_run(runs, m.STEP_MS, "step_ms_median")),
+        "check_ms_median": _median(x for r in runs for x in r.series(m.CHECK_MS)[1]),
+        "check_time_ratio": _median(_num(r.summary.check_time_ratio) for r in runs),
+        "peak_mem_mb": _median(_per_run(runs, m.PEAK_MB, "peak_mem_mb", max)),
+        "rel_err_max": _worst(_per_run(runs, m.REL_ERR, "grad_rel_err_max", max)),
+        "rel_err_median": _median(x for r in runs for x in r.series(m.REL_ERR)[1]),
+        "math_rel_err_max": _worst(_per_run(runs, m.MATH_REL_ERR, "grad_math_rel_err_max", max)),
         "grad_check": _verdict(checks),
+        "precision": _verdict([r.summary.grad_precision or "none" for r in runs], "finding"),
         # Diverged runs end on NaN/inf: the median is over finite losses, NaN when there are none.
         "loss_final": _median(losses)
         if _finite(losses)
         else next((x for x in losses if x is not None), None),
-        "reason": "; ".join(reasons),
+        "reason": _reasons(runs, checks),
     }
 
 
@@ -181,8 +195,8 @@ class Report:
         """Column titles and display rows of the comparison table."""
         unit, factor = self.mem_unit
         cols = ["model", "grad", *self.varying, "n", "status", "steps", "grad ms median (IQR)"]
-        cols += ["step ms median", f"peak mem {unit}", "rel err max", "rel err median", "check"]
-        cols += ["loss final"]
+        cols += ["step ms median", "check / grad time", f"peak mem {unit}", "rel err max"]
+        cols += ["rel err median", "check", "precision", "loss final"]
         out = []
         for r in self.rows:
             grad_ms = cell(r["grad_ms_median"])
@@ -190,8 +204,9 @@ class Report:
                 grad_ms += f" ({cell(r['grad_ms_p25'])}–{cell(r['grad_ms_p75'])})"
             mem = r["peak_mem_mb"] and r["peak_mem_mb"] * factor
             cells = [r["model"], r["grad"], *(r[k] for k in self.varying), r["n"], r["status"]]
-            cells += [r["steps"], grad_ms, r["step_ms_median"], mem, r["rel_err_max"]]
-            cells += [r["rel_err_median"], r["grad_check"], r["loss_final"]]
+            cells += [r["steps"], grad_ms, r["step_ms_median"], r["check_time_ratio"], mem]
+            cells += [r["rel_err_max"], r["rel_err_median"], r["grad_check"], r["precision"]]
+            cells += [r["loss_final"]]
             out.append(dict(zip(cols, map(cell, cells))))
         return cols, out
 

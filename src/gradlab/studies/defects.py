@@ -130,7 +130,8 @@ def _fd_naive(model, x: Tensor, y: Tensor):
 
 
 def from_env(model, x, y):
-    """The defect DEFECT_KIND of DEFECT_SIZE on DEFECT_PARAM (environment), for the CLI."""
+    """The defect DEFECT_KIND of DEFECT_SIZE on DEFECT_PARAM (environment), for the CLI. The
+    method (and a leak's buffer) is kept for the process; reset() starts a fresh one."""
     kind = os.environ.get("DEFECT_KIND", "scale")
     size = float(os.environ.get("DEFECT_SIZE", "1e-5"))
     param = os.environ.get("DEFECT_PARAM") or None
@@ -141,3 +142,8 @@ def from_env(model, x, y):
 
 
 _ENV: dict = {}
+
+
+def reset() -> None:
+    """Forget from_env's method: the next call builds a fresh one (an empty leak buffer)."""
+    _ENV.clear()
