@@ -73,6 +73,25 @@ def test_method_equals_autograd_float64(name, case):
         assert_close(g, ref[param], **tol, msg=lambda m, p=param: f"{name} {p}: {m}")
 
 
+@pytest.mark.parametrize("name", list(METHODS))
+@pytest.mark.parametrize("sizes,activation", [([3, 7, 4], "sigmoid"), ([5, 9, 9, 3], "relu")])
+def test_method_equals_autograd_float64_cross_entropy(name, sizes, activation):
+    # integer class labels select softmax cross-entropy (gradlab.losses.loss)
+    model = MLP(sizes, activation, seed=0, dtype=F64)
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(37, sizes[0], dtype=F64, generator=generator)
+    y = torch.randint(0, sizes[-1], (37,), generator=generator)
+    if activation == "relu":
+        assert _kink_margin(model, x) > 1e-4, "case too close to a ReLU kink: pick another seed"
+    loss_ref, ref = METHODS["autograd"](model, x, y)
+    assert_close(loss_ref, torch.nn.functional.cross_entropy(model(x), y), rtol=1e-14, atol=0)
+    loss, grads = METHODS[name](model, x, y)
+    tol = NUMERICAL_TOL if name == "numerical" else {"rtol": 1e-12, "atol": 1e-14}
+    assert_close(loss, loss_ref, rtol=1e-13, atol=0)
+    for param, g in grads.items():
+        assert_close(g, ref[param], **tol, msg=lambda m, p=param: f"{name} {p}: {m}")
+
+
 @pytest.mark.parametrize("name", [n for n in METHODS if n != "numerical"])
 def test_method_equals_autograd_float32(name, make_batch):
     # numerical is left out: float32 central differences are only ~1e-3 accurate by design
@@ -121,6 +140,10 @@ GRADCHECK_INPUTS = {
     "MSEFunction": [
         (_operand(6, 2, seed=5), _operand(6, 2, seed=6)),
         (_operand(6, 2, seed=5), _operand(6, 2, seed=6).detach()),
+    ],
+    "CrossEntropyFunction": [
+        (_operand(6, 3, seed=10), torch.tensor([0, 2, 1, 2, 0, 1])),
+        (_operand(1, 4, seed=11), torch.tensor([3])),
     ],
     "LinearActFunction": [
         (_operand(5, 3, seed=7), _operand(4, 3, seed=8), _operand(4, seed=9), "sigmoid"),

@@ -25,6 +25,16 @@ gradient computed in float32 saw a hidden pre-activation on the other side of 0 
 does (a sample on a kink, within float32 rounding): that layer's and the lower layers' tensors
 are excluded and counted as kinks.
 
+Any other nn.Module. The module is opaque: the float64 copy of it (deep-copied and cast, no
+user code needed) is evaluated through torch.func (functional_call + vmap, one parameter set
+after another when its ops cannot be vmapped), and the differences are plain ones of two
+losses, at two steps combined by Richardson (gradlab.fd.generic), along dense random unit
+directions or coordinates. Their accuracy is estimated row by row, and the tolerance is never
+below ten times it (the reference's floor; CheckResult.tol says what it was). Kinks are not
+declared by such a module, so they are found by the steps' disagreement: a row the re-check
+cannot resolve is excluded and counted (``kinks``, ``excluded``), and the verdict's basis says
+the reference was plain differences. The MLPs keep the exact differences, which are faster.
+
 Metrics. The norm-relative error ||g - g_fd|| / max(||g||, ||g_fd||) globally and per tensor
 (directional: of the projections, which estimate it); a tensor's denominator is floored at 1e-6
 of the global scale, so a tensor whose gradient is ~0 is judged in absolute terms. Also the max

@@ -19,8 +19,10 @@ from torch import Tensor
 from gradlab import fd
 from gradlab.check.directions import Directions, segments
 from gradlab.check.result import CheckResult, metrics
+from gradlab.fd.generic import GenericPoint
 
 Progress = Callable[[int, int], None]  # (coordinates done, coordinates to do)
+FLOOR_MARGIN = 10.0
 
 
 @dataclass
@@ -29,12 +31,17 @@ class Reference:
     straddling a kink after the re-check (excluded, None: none) and the kinks found."""
 
     mode: str
-    point: fd.EvaluationPoint
+    point: fd.EvaluationPoint | GenericPoint
     values: Tensor
     excluded: Tensor | None
     kinks: int
-    directions: Directions | None = None  # None: the rows are coordinates of theta
+    directions: Directions | None = None  # None: the rows are coordinates of theta (or dense)
     rows: Tensor | None = None  # coordinates: which entries of theta (None: all of them)
+    dense: Tensor | None = None  # plain differences of any module: the unit rows (m, n)
+    dense_tensor_of: Tensor | None = None  # and the tensor of each (None: all tensors)
+    # the relative accuracy of the values (plain differences): no tolerance is set below
+    # FLOOR_MARGIN times it
+    floor: float = 0.0
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -43,6 +50,8 @@ class Reference:
     @property
     def tensor_of(self) -> Tensor | None:
         """(m,) the tensor each row belongs to; None: every row spans all tensors."""
+        if self.dense is not None:
+            return self.dense_tensor_of
         if self.directions is not None:
             return self.directions.tensor_of
         seg = segments(self.sizes, self.point.theta.device)
@@ -55,6 +64,8 @@ class Reference:
 
     def along(self, g: Tensor) -> Tensor:
         """The gradient g (flat, float64) along each row."""
+        if self.dense is not None:
+            return torch.mv(self.dense, g)
         if self.directions is None:
             return g if self.rows is None else g[self.rows]
         return self.directions.project(g)
@@ -147,6 +158,7 @@ def compare(reference: Reference, grads: dict[str, Tensor], tol: float) -> Check
         point, dtype, tensor_of, reference.excluded, reference.kinks, len(values)
     )
     shown = names if tensor_of is not None else ["all"]
+    tol = max(tol, FLOOR_MARGIN * reference.floor)
     exact = reference.along(g)
     result = metrics(reference.mode, exact, values, excluded, shown, tensor_of, kinks, tol)
     if tensor_of is None:  # global directions do not tell tensors apart
@@ -166,7 +178,7 @@ def exclude_unresolved(point, dtype, tensor_of, excluded, n_kinks, rows: int):
     float64, the method legitimately took the other one-sided derivative, for every tensor of
     that layer and the layers below. Those rows (tensor_of gives each row's tensor; None: every
     row spans all tensors) are excluded and counted as kinks."""
-    if not point.relu or dtype == point.theta.dtype:
+    if not point.relu or dtype == point.theta.dtype:  # (a GenericPoint has no ReLU rule)
         return excluded, n_kinks
     a, deepest = point.x.to(dtype), -1
     for j, (w, b) in enumerate(point.layers[:-1]):

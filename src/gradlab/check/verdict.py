@@ -12,12 +12,15 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+import gradlab.check.generic as generic
 import gradlab.check.gradient as gradient
 import gradlab.check.precision as precision
 import gradlab.check.reference as reference
 from gradlab import fd
 from gradlab.check.result import CheckResult
 from gradlab.check.settings import CheckSettings
+from gradlab.fd.generic import GenericPoint, generic_point
+from gradlab.models import MLP
 
 # Math is judged in float64: a correct gradient meets the exact differences to rounding (more
 # where a sum over samples nearly cancels), far below this, and a defect of 1e-8 of a tensor's
@@ -37,7 +40,9 @@ class Verdict:
     mode: str
     math: CheckResult
     precision: precision.Precision | None
-    basis: str  # what the math was judged on: "float64 re-run", "run dtype", or the fallback
+    # what the math was judged on: "float64 re-run", "run dtype", or the fallback; with
+    # ", plain differences (any module)" where the reference is gradlab.fd.generic's
+    basis: str
     rel_err: float  # the run gradient's error against the reference (grad/rel_err)
     seconds: float
 
@@ -58,6 +63,7 @@ class Checker:
         self.dtype = self.params[0].dtype
         self.shadow: nn.Module | None = None
         self.fallback = ""  # why the method cannot run in float64 ("" until it failed to)
+        self.generic = False  # True: plain differences through torch.func even for an MLP
         self.generator = torch.Generator()
 
     def reseed(self, seed: int) -> None:
@@ -73,7 +79,7 @@ class Checker:
         progress: reference.Progress | None = None,
     ) -> Verdict:
         start = time.perf_counter()
-        point = fd.evaluation_point(self.model, x, y, torch.float64)
+        point = self._point(x, y)
         run64 = self.dtype == torch.float64
         g64 = grads if run64 else self._float64_gradient(point)
         judged = grads if g64 is None else g64
@@ -98,10 +104,36 @@ class Checker:
             rel_err = found.rel_err
             if not math_result.passed:  # g64 is wrong: the run gradient against the differences
                 rel_err = reference.compare(ref, grads, tol).rel_err
+        if isinstance(point, GenericPoint):  # kinks found by step consistency, not declared
+            basis += ", plain differences (any module)"
         return Verdict(mode, math_result, found, basis, rel_err, time.perf_counter() - start)
+
+    def _point(self, x: Tensor, y: Tensor) -> fd.EvaluationPoint | GenericPoint:
+        """The float64 point of the check: the MLPs' exact differences, or plain ones through
+        torch.func on the float64 shadow of any other module."""
+        if isinstance(self.model, MLP) and not self.generic:
+            return fd.evaluation_point(self.model, x, y, torch.float64)
+        return generic_point(self._synced_shadow(), x, y)
+
+    def _synced_shadow(self) -> nn.Module:
+        """The float64 copy of the model (made once, without the user writing anything),
+        holding the model's current parameters and buffers."""
+        if self.shadow is None:
+            self.shadow = copy.deepcopy(self.model).to(torch.float64)
+        with torch.no_grad():
+            for mine, p in zip(self.shadow.parameters(), self.params):
+                mine.copy_(p)
+            for mine, b in zip(self.shadow.buffers(), self.model.buffers()):
+                mine.copy_(b)
+        return self.shadow
 
     def _reference(self, mode, point, judged, tol, budget_s, progress):
         s = self.settings
+        if mode == "full" and isinstance(point, GenericPoint):
+            ref = generic.full(
+                point, s.h, budget_s=budget_s, generator=self.generator, progress=progress
+            )
+            return ref, reference.compare(ref, judged, tol)
         if mode == "full":
             ref = reference.full(
                 point, s.h, budget_s=budget_s, generator=self.generator, progress=progress
@@ -112,18 +144,13 @@ class Checker:
         )
         return ref, result
 
-    def _float64_gradient(self, point: fd.EvaluationPoint) -> dict[str, Tensor] | None:
+    def _float64_gradient(self, point) -> dict[str, Tensor] | None:
         """The method on float64 copies of the parameters and batch; None (and the reason kept)
         when it cannot run there."""
         if self.fallback:
             return None
         try:
-            if self.shadow is None:
-                self.shadow = copy.deepcopy(self.model).to(torch.float64)
-            with torch.no_grad():
-                for mine, p in zip(self.shadow.parameters(), self.params):
-                    mine.copy_(p)
-            _, grads = self.method(self.shadow, point.x, point.y)
+            _, grads = self.method(self._synced_shadow(), point.x, point.y)
             _well_formed(grads, point)
             return {n: g.detach() for n, g in grads.items()}
         except Exception as e:  # any failure: this method cannot be re-run in float64
@@ -141,7 +168,8 @@ class Checker:
         """The error the baseline method (autograd) makes in `dtype` on the reference's batch
         (its worst tensor), at least one unit roundoff."""
         model = self.model if dtype == self.dtype else copy.deepcopy(self.model).to(dtype)
-        _, own = self.baseline(model, ref.point.x.to(dtype), ref.point.y.to(dtype))
+        y = ref.point.y.to(dtype) if ref.point.y.is_floating_point() else ref.point.y  # labels stay
+        _, own = self.baseline(model, ref.point.x.to(dtype), y)
         base = reference.compare(ref, own, math.inf)
         return max([base.rel_err, *base.rel_err_per_param.values(), precision.unit_roundoff(dtype)])
 

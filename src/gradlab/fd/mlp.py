@@ -106,7 +106,8 @@ def coordinate_differences(
     chunk = max(1, max_bytes // (6 * batch * width * h.element_size()))
     base, even = point.forward, second_order(float(h.abs().max()), h.dtype)
     rows = (torch.arange(h.numel()) if rows is None else rows).to(h.device)
-    inputs = torch.cat([base.acts[k], torch.ones_like(point.y[:, :1])], 1)  # a_{k-1}; 1 for b_k
+    a = base.acts[k]
+    inputs = torch.cat([a, torch.ones_like(a[:, :1])], 1)  # a_{k-1}, and ones for b_k
     fd = torch.empty(rows.numel(), dtype=h.dtype, device=h.device)
     kinked = torch.zeros(rows.numel(), dtype=torch.bool, device=h.device)
 
@@ -125,9 +126,8 @@ def coordinate_differences(
         unit = torch.where(is_w, i // d_in, i - w.numel())  # the unit of layer k each set moves
         moved = torch.where(is_w, i % d_in, d_in)  # the input column its step scales
         delta = Delta(column(inputs, moved) * h[i].view(-1, 1, 1), batch)  # z_k[:, u] (c, B, 1)
-        if last:  # y_hat moves in column u only: the mean over D_L columns sees 1 / D_L of it
-            part = loss_difference(column(base.residual, unit), delta) / base.residual.shape[1]
-            fd[start : start + len(i)] = part
+        if last:  # y_hat moves in column u only
+            fd[start : start + len(i)] = _last_layer(point, unit, delta)
             continue
         z_u, a_u, *rest = own[:, unit].unsqueeze(3).unbind()  # (c, B, 1) each
         unit_base = (*rest, base.margin[k]) if point.relu else None
@@ -136,10 +136,32 @@ def coordinate_differences(
         delta = Delta(delta.packed * w_next, batch)  # z_{k+1}: a rank-1 change per set
         rest = [(None, None)] * (len(point.layers) - k - 2)
         delta, more = _through(point, k + 2, delta, rest, even)
-        fd[start : start + len(i)] = loss_difference(base.residual, delta)
+        fd[start : start + len(i)] = _loss_difference(point, delta)
         if (flips := _either(flips, more)) is not None:  # sigmoid: no kinks
             kinked[start : start + len(i)] = flips
     return fd, kinked
+
+
+def _loss_difference(point: EvaluationPoint, delta: Delta) -> Tensor:
+    labels = None if point.y.is_floating_point() else point.y
+    return loss_difference(point.forward.output, delta, labels)
+
+
+def _last_layer(point: EvaluationPoint, unit: Tensor, delta: Delta) -> Tensor:
+    """The loss difference of coordinates of the last layer: set j moves output column
+    unit[j] alone, by delta (c, B, 1)."""
+    output = point.forward.output
+    if point.y.is_floating_point():  # the mean over D_L columns sees 1 / D_L of it
+        column = output[:, unit].t().unsqueeze(2)  # (c, B, 1)
+        return loss_difference(column, delta) / output.shape[1]
+    # cross-entropy: the full change of the logits, zero but in each set's own column
+    full = torch.zeros(len(unit), *output.shape, dtype=output.dtype, device=output.device)
+    index = unit.view(-1, 1, 1).expand(-1, output.shape[0], 1)
+    full.scatter_(2, index, delta.odd)
+    if delta.even is not None:
+        even = torch.zeros_like(full).scatter_(2, index, delta.even)
+        full = torch.cat([full, even], 1)
+    return loss_difference(output, Delta(full, delta.batch), point.y)
 
 
 def _through(
@@ -181,7 +203,7 @@ def factor_differences(
     for start in range(0, p, chunk):
         part = steps if chunk >= p else steps.select(slice(start, start + chunk))
         delta, flips = _through(point, steps.start, None, part.layers, even, steps.scale)
-        fd[start : start + chunk] = loss_difference(point.forward.residual, delta)
+        fd[start : start + chunk] = _loss_difference(point, delta)
         if flips is not None:
             kinked[start : start + chunk] = flips
     return fd, kinked

@@ -10,6 +10,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from gradlab.losses import loss
 from gradlab.models import MLP
 
 # Upper bound on the activations one chunk of perturbed sets may hold.
@@ -25,7 +26,8 @@ class Forward(NamedTuple):
     mask: list[Tensor]  # relu only: the same as 1.0 / 0.0 in the point's dtype
     size: list[Tensor]  # relu only: |z_k|, how far each pre-activation is from its kink
     margin: list[float]  # relu only: the smallest |z_k| of each hidden layer
-    residual: Tensor  # r = y_hat - y, (B, D_L)
+    # mse: r = y_hat - y (B, D_L); cross-entropy: the softmax of the logits z_L (B, D_L)
+    output: Tensor
 
 
 @dataclass
@@ -39,7 +41,7 @@ class EvaluationPoint:
     spans: list[tuple[int, int]]  # layer k's parameters (W_k flat, then b_k) are theta[start:stop]
     relu: bool
     x: Tensor  # (B, D_0)
-    y: Tensor  # (B, D_L)
+    y: Tensor  # real targets (B, D_L) for the mse, or integer class labels (B,) (cross-entropy)
 
     @functools.cached_property
     @torch.no_grad()
@@ -53,11 +55,12 @@ class EvaluationPoint:
         mask = [o.to(self.theta.dtype) for o in on]
         size = [z.abs() for z in pre[:-1]] if self.relu else []
         margin = [float(z.min()) if z.numel() else 0.0 for z in size]
-        return Forward(acts, pre, on, mask, size, margin, pre[-1] - self.y)
+        output = pre[-1] - self.y if self.y.is_floating_point() else pre[-1].softmax(1)
+        return Forward(acts, pre, on, mask, size, margin, output)
 
     def loss(self) -> Tensor:
-        """L at theta: gradlab's MSE, the mean over all B * D_L elements."""
-        return self.forward.residual.square().mean()
+        """L at theta (gradlab.losses)."""
+        return loss(self.forward.pre[-1], self.y)
 
 
 @torch.no_grad()
@@ -79,5 +82,5 @@ def evaluation_point(model: MLP, x: Tensor, y: Tensor, dtype: torch.dtype) -> Ev
         spans=spans,
         relu=model.activation == "relu",
         x=x.to(dtype, memory_format=torch.contiguous_format),
-        y=y.to(dtype, memory_format=torch.contiguous_format),
+        y=y.to(dtype, memory_format=torch.contiguous_format) if y.is_floating_point() else y,
     )

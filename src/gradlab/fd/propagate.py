@@ -156,11 +156,20 @@ def activation_change(
     return Delta(torch.cat([odd, (d_plus + d_minus) / 2], dim=1), batch), flips
 
 
-def loss_difference(residual: Tensor, delta: Delta) -> Tensor:
-    """(L(+) - L(-)) / 2 per set (P,) for the output's change `delta`: 2 mean(O (r + E))."""
+def loss_difference(output: Tensor, delta: Delta, labels: Tensor | None = None) -> Tensor:
+    """(L(+) - L(-)) / 2 per set (P,) for the output's change `delta`. mse (labels None, output
+    the residual r): 2 mean(O (r + E)). cross-entropy (output the softmax p, labels (B,)):
+    the mean over the batch of lse(z + d+) - lse(z + d-) - 2 O[label], halved, with
+    lse(z + d) - lse(z) = log1p(sum_c p_c expm1(d_c)), d+- = +-O + E."""
     even = delta.even
-    r = residual if even is None else even + residual
-    return (delta.odd * r).sum(dim=(1, 2)).mul_(2 / r.shape[-2:].numel())
+    if labels is None:
+        r = output if even is None else even + output
+        return (delta.odd * r).sum(dim=(1, 2)).mul_(2 / r.shape[-2:].numel())
+    odd = delta.odd
+    plus, minus = (odd, -odd) if even is None else (even + odd, even - odd)
+    shift = [torch.log1p((output * torch.expm1(d)).sum(-1)) for d in (plus, minus)]  # (P, B)
+    picked = odd.gather(-1, labels.view(1, -1, 1).expand(len(odd), -1, 1)).squeeze(-1)
+    return (shift[0] - shift[1] - 2 * picked).mean(1) / 2
 
 
 def any_per_set(mask: Tensor) -> Tensor:

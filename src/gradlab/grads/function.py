@@ -1,4 +1,5 @@
-"""Gradient through custom torch.autograd.Functions, one per primitive: linear, sigmoid, ReLU, MSE.
+"""Gradient through custom torch.autograd.Functions, one per primitive: linear, sigmoid, ReLU,
+and the loss (MSE, or cross-entropy for class labels).
 
 Each Function follows PyTorch's extending guide: save only inputs/outputs with
 ctx.save_for_backward, and only those backward will use (ctx.needs_input_grad is known in
@@ -89,10 +90,37 @@ class MSEFunction(torch.autograd.Function):
         return grad if ctx.needs_input_grad[0] else None, -grad if ctx.needs_input_grad[1] else None
 
 
+class CrossEntropyFunction(torch.autograd.Function):
+    """L = mean_b(logsumexp(z_b) - z_b[label_b]); dL/dz = (softmax(z) - onehot(label)) / B.
+    Saves the softmax, what backward needs; labels (int64) get no gradient."""
+
+    @staticmethod
+    def forward(ctx, logits, labels):
+        log_p = logits.log_softmax(1)  # (B, C)
+        ctx.save_for_backward(log_p.exp(), labels)
+        return -log_p.gather(1, labels.unsqueeze(1)).mean()
+
+    @staticmethod
+    def backward(ctx, grad_loss):  # grad_loss: 0-d
+        p, labels = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return None, None
+        grad = p.scatter_add(1, labels.unsqueeze(1), -torch.ones_like(p[:, :1]))  # p - onehot
+        return grad * (grad_loss / len(labels)), None
+
+
 linear = LinearFunction.apply
 sigmoid = SigmoidFunction.apply
 relu = ReLUFunction.apply
 mse = MSEFunction.apply
+cross_entropy = CrossEntropyFunction.apply
+
+
+def loss(prediction: Tensor, target: Tensor) -> Tensor:
+    """The loss as a Function: mse for real targets, cross_entropy for class labels."""
+    return (
+        mse(prediction, target) if target.is_floating_point() else cross_entropy(prediction, target)
+    )
 
 
 def gradient(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
@@ -104,6 +132,6 @@ def gradient(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor
         a = x
         for layer in hidden:
             a = act(linear(a, layer.weight, layer.bias))
-        loss = mse(linear(a, last.weight, last.bias), y)
-        grads = torch.autograd.grad(loss, params)
-    return loss.detach(), dict(zip(names, grads))
+        value = loss(linear(a, last.weight, last.bias), y)
+        grads = torch.autograd.grad(value, params)
+    return value.detach(), dict(zip(names, grads))

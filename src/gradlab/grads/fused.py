@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from gradlab.grads.function import linear, mse, relu_backward, sigmoid_backward
+from gradlab.grads.function import linear, loss, relu_backward, sigmoid_backward
 from gradlab.models import MLP
 
 ACT_BACKWARD = {"relu": relu_backward, "sigmoid": sigmoid_backward}  # (grad_a, a) -> grad_z
@@ -44,13 +44,13 @@ linear_act = LinearActFunction.apply
 
 
 def gradient(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-    """Loss and gradients with one custom Function per hidden layer, plus linear and MSE."""
+    """Loss and gradients with one custom Function per hidden layer, plus linear and the loss."""
     names, params = zip(*model.named_parameters())
     *hidden, last = model.layers
     with torch.enable_grad():
         a = x
         for layer in hidden:
             a = linear_act(a, layer.weight, layer.bias, model.activation)
-        loss = mse(linear(a, last.weight, last.bias), y)
-        grads = torch.autograd.grad(loss, params)
-    return loss.detach(), dict(zip(names, grads))
+        value = loss(linear(a, last.weight, last.bias), y)
+        grads = torch.autograd.grad(value, params)
+    return value.detach(), dict(zip(names, grads))

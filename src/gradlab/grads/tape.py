@@ -158,6 +158,18 @@ class Tape:
 
         return self._record((y_hat, y), diff.pow(2).mean(), backward)
 
+    def cross_entropy(self, logits: Var, labels: Tensor) -> Var:
+        """L = mean_b(logsumexp(z_b) - z_b[label_b]) (0-d) for integer labels (B,), a constant;
+        d logits = (softmax(z) - onehot(label)) g / B."""
+        log_p = logits.value.log_softmax(1)  # (B, C)
+        picked = log_p.gather(1, labels.unsqueeze(1))  # (B, 1)
+
+        def backward(g):
+            p = log_p.exp().scatter_add_(1, labels.unsqueeze(1), torch.full_like(picked, -1.0))
+            return (p * (g / len(labels)),)
+
+        return self._record((logits,), -picked.mean(), backward)
+
     # ---- reverse sweep ----
 
     def gradients(
@@ -204,6 +216,9 @@ def gradient(model: MLP, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor
     for k in hidden:
         a = act(linear(a, params[f"layer{k}.weight"], params[f"layer{k}.bias"]))  # (B, D_k)
     y_hat = linear(a, params[f"layer{last}.weight"], params[f"layer{last}.bias"])  # (B, D_L)
-    loss = t.mse(y_hat, t.leaf(y, requires_grad=False))
+    if y.is_floating_point():
+        loss = t.mse(y_hat, t.leaf(y, requires_grad=False))
+    else:  # class labels
+        loss = t.cross_entropy(y_hat, y)
     grads = t.gradients(loss, list(params.values()))
     return loss.value, dict(zip(params, grads))
