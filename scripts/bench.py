@@ -64,8 +64,8 @@ def _compose(overrides: list[str]):
 
 def _fit_seconds(overrides: list[str], steps: int, plain: bool, device: str) -> float:
     """Wall time of `steps` training steps, by Lightning's loop or by a plain loop."""
-    from gradlab.app.config import validate
     from gradlab.app.job import build_job
+    from gradlab.app.validate import validate
 
     cfg = validate(_compose([*overrides, f"trainer.max_steps={steps}", f"device={device}"]))
     with tempfile.TemporaryDirectory() as tmp:
@@ -115,8 +115,8 @@ def _logged_grad_ms(run_dir: Path) -> float:
 def _standalone(cfg) -> dict[str, float]:
     """Standalone medians (us) of the gradient and of the checks of the run `cfg` composes: its
     method, model, first batch, dtype, device, check settings and thread count."""
-    from gradlab.app.config import validate
     from gradlab.app.job import build_job
+    from gradlab.app.validate import validate
     from gradlab.measure.timing import median_us
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -13,7 +13,8 @@ from gradlab import check, fd
 from gradlab.check import DEFAULT_TOL, check_function, check_gradient
 from gradlab.grads import METHODS
 from gradlab.losses import mse_loss
-from gradlab.models import MLP, MODELS, three_layer_relu
+from gradlab.models import MLP, three_layer_relu
+from gradlab.models import MLPS as MODELS
 from gradlab.studies import rules
 
 F64 = torch.float64

@@ -9,7 +9,8 @@ from torch.testing import assert_close
 
 from gradlab.grads import METHODS
 from gradlab.grads.compiled import CompileError, compile_error, compiled
-from gradlab.models import MODELS, two_layer_sigmoid
+from gradlab.models import MLPS as MODELS
+from gradlab.models import two_layer_sigmoid
 
 pytestmark = pytest.mark.slow  # torch.compile: seconds per compilation
 

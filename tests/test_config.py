@@ -10,7 +10,8 @@ from omegaconf import OmegaConf
 
 from apphelpers import CONF, compose_cfg
 from gradlab.app import cli
-from gradlab.app.config import OPTIMIZERS, ConfigError, TrainConfig, validate
+from gradlab.app.config import OPTIMIZERS, ConfigError, TrainConfig
+from gradlab.app.validate import validate
 
 
 def _values(node, prefix=()):

@@ -15,7 +15,8 @@ from gradlab import fd
 from gradlab.check import MATH_TOL, PRECISION_FACTOR, Checker, CheckSettings
 from gradlab.check import directions as dirs
 from gradlab.grads import METHODS
-from gradlab.models import MODELS, three_layer_relu
+from gradlab.models import MLPS as MODELS
+from gradlab.models import three_layer_relu
 from gradlab.studies.defects import defect
 
 AUTOGRAD = METHODS["autograd"]

@@ -33,7 +33,7 @@ from gradlab.models import build_model
 from gradlab.studies import defects
 from gradlab.studies.results import write_results
 from gradlab.training import metrics as m
-from gradlab.training.data import make_dataset
+from gradlab.data import make_dataset
 from gradlab.training.record import read_metrics
 
 HERE = Path(__file__).resolve().parent

@@ -29,8 +29,8 @@ from pathlib import Path
 import torch
 
 from gradlab.app.cli import compose
-from gradlab.app.config import validate
 from gradlab.app.job import build_job
+from gradlab.app.validate import validate
 from gradlab.measure.timing import environment, median_us
 from gradlab.studies.results import write_results
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from gradlab.app.config import ConfigError, register, validate
+from gradlab.app.config import ConfigError, register
+from gradlab.app.validate import validate
 
 _SWEEP_FN = re.compile(r"^(choice|range|interval|tag|glob|shuffle|sort)\(")
 
@@ -72,13 +73,25 @@ def precheck(argv: list[str], conf_dir: Path) -> None:
         except Exception as e:  # Hydra/OmegaConf: unknown key, wrong type, missing value
             raise ConfigError(_one_line(e)) from None
         try:
-            validate(cfg)
+            typed_cfg = validate(cfg)
         except OmegaConfBaseException as e:  # e.g. a required (???) value left unset
             raise ConfigError(_one_line(e)) from None
         _check_fresh_dir(argv)
+        _try_build(typed_cfg)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def _try_build(cfg) -> None:
+    """The model, its data and its method built on the CPU and tried on two samples (a user's
+    target that cannot be imported, kwargs it rejects, data it does not fit), before Hydra
+    creates the run's dir."""
+    import torch
+
+    from gradlab.app.job import prepare
+
+    prepare(cfg, torch.device("cpu"))
 
 
 def compose(conf_dir: Path, overrides: list[str], with_hydra: bool = False) -> DictConfig:

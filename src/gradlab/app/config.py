@@ -1,5 +1,6 @@
 """The typed config (Hydra structured configs): every default of a run is here, once; the YAML
-files under conf/ carry only what a choice changes. validate() checks what a type cannot."""
+files under conf/ carry only what a choice changes. gradlab.app.validate checks what a type
+cannot."""
 
 from __future__ import annotations
 
@@ -9,21 +10,43 @@ from typing import Any
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from gradlab.check import CheckSettings as CheckConfig  # the checks' own settings are the schema
-from gradlab.grads import METHODS
-from gradlab.models import MODELS
-from gradlab.training.data import DATASETS
-
-DEVICES = ("auto", "cpu", "cuda")
-DTYPES = ("float32", "float64")
-WANDB_MODES = ("auto", "offline", "online", "disabled")
 
 
 @dataclass
 class ModelConfig:
-    name: str = MISSING  # two_layer_sigmoid | three_layer_relu
+    """What every model has; each option's schema adds its own keys, so a key the chosen model
+    does not have is an error."""
+
+    name: str = MISSING
+
+
+@dataclass
+class MLPConfig(ModelConfig):
+    """two_layer_sigmoid | three_layer_relu."""
+
     d_in: int = MISSING  # input width
     hidden: int = MISSING  # hidden width (every hidden layer)
     d_out: int = MISSING  # output width
+
+
+@dataclass
+class CustomModelConfig(ModelConfig):
+    """Your own nn.Module: target(**kwargs), the target's package on PYTHONPATH."""
+
+    name: str = "custom"
+    target: str = MISSING  # import path of a class or factory, e.g. mymodels.build
+    kwargs: Any = None  # keyword arguments for the target, e.g. {width: 8} (None: none)
+
+
+@dataclass
+class DigitsCNNConfig(ModelConfig):
+    """conv 3x3 -> ReLU -> 2x2 average pool -> linear, for data=digits data.layout=image."""
+
+    name: str = "digits_cnn"
+    channels: int = 8  # conv channels, >= 1
+
+
+MODEL_SCHEMAS = {"mlp": MLPConfig, "custom": CustomModelConfig, "digits_cnn": DigitsCNNConfig}
 
 
 @dataclass
@@ -65,10 +88,56 @@ OPTIMIZERS = {"sgd": SGDConfig, "adam": AdamConfig, "gd": GDConfig}
 
 @dataclass
 class DataConfig:
-    name: str = MISSING  # regression (fixed teacher net) | xor
-    n_samples: int = 100  # samples in the data set, >= 1
-    batch_size: int = 100  # >= 1; >= n_samples means full batch
-    noise: float = 0.0  # regression target noise std, >= 0
+    """What every data set has; each option's schema adds its own keys."""
+
+    name: str = MISSING
+    batch_size: int = 100  # >= 1; >= the training set's size means full batch
+
+
+@dataclass
+class RegressionConfig(DataConfig):
+    """x ~ N(0, 1), y from a fixed teacher net: an MLP's own architecture, else a ReLU MLP
+    d_in -> 16 -> 16 -> d_out (gradlab.data.synthetic)."""
+
+    name: str = "regression"
+    n_samples: int = 100  # >= 1
+    noise: float = 0.0  # target noise std, >= 0
+    d_in: int | None = None  # required for a model that is not an MLP (an MLP's are its own)
+    d_out: int | None = None
+
+
+@dataclass
+class XorConfig(DataConfig):
+    name: str = "xor"
+    n_samples: int = 4  # the four points, repeated
+    batch_size: int = 4
+
+
+@dataclass
+class DigitsConfig(DataConfig):
+    """scikit-learn's bundled 8x8 digits, 10 classes, standardized."""
+
+    name: str = "digits"
+    batch_size: int = 64
+    layout: str = "flat"  # flat (64 features, for an MLP) | image (1x8x8)
+    val_fraction: float = 0.2  # the fixed validation split, in [0, 1)
+
+
+@dataclass
+class DiabetesConfig(DataConfig):
+    """scikit-learn's bundled diabetes regression: 10 features, 1 target, standardized."""
+
+    name: str = "diabetes"
+    batch_size: int = 64
+    val_fraction: float = 0.2
+
+
+DATA_SCHEMAS = {
+    "regression": RegressionConfig,
+    "xor": XorConfig,
+    "digits": DigitsConfig,
+    "diabetes": DiabetesConfig,
+}
 
 
 @dataclass
@@ -106,15 +175,19 @@ class TrainerConfig:
     # hand the logged rows to metrics.csv and W&B every N steps (and at the end), >= 1
     flush_every_n_steps: int = 10
     mem_every: int = 100  # measure peak memory every N steps (0 = never)
+    # validation loss (and accuracy) every N steps and after the last, on data with a split
+    val_every_n_steps: int = 50  # (0 = only after the last)
     progress: str = "auto"  # auto (a rich bar on a terminal, quiet under CI) | on | off
 
 
 @dataclass
 class TrainConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelConfig = MISSING  # one of MODEL_SCHEMAS
     grad: GradConfig = field(default_factory=GradConfig)
     optimizer: OptimizerConfig = MISSING  # one of OPTIMIZERS' schemas
-    data: DataConfig = field(default_factory=DataConfig)
+    data: DataConfig = MISSING  # one of DATA_SCHEMAS
+    # auto: cross_entropy for data whose targets are classes (digits), mse otherwise
+    loss: str = "auto"  # auto | mse | cross_entropy (integer class labels)
     check: CheckConfig = field(default_factory=CheckConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
@@ -128,14 +201,19 @@ class TrainConfig:
 
 
 def register() -> None:
-    """Register the schema with Hydra's ConfigStore: `train_schema`, and each optimizer's schema
-    as `optimizer/<name>_schema` for conf/optimizer/<name>.yaml to extend."""
+    """Register the schema with Hydra's ConfigStore: `train_schema`, and each option's schema
+    as `<group>/<name>_schema` for conf/<group>/<option>.yaml to extend."""
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig)
-    for name, schema in OPTIMIZERS.items():
-        store.store(group="optimizer", name=f"{name}_schema", node=schema)
+    for group, schemas in (
+        ("optimizer", OPTIMIZERS),
+        ("model", MODEL_SCHEMAS),
+        ("data", DATA_SCHEMAS),
+    ):
+        for name, schema in schemas.items():
+            store.store(group=group, name=f"{name}_schema", node=schema)
 
 
 class ConfigError(ValueError):
@@ -145,76 +223,3 @@ class ConfigError(ValueError):
 def typed(cfg: DictConfig | TrainConfig) -> TrainConfig:
     """The config as its dataclasses (a composed DictConfig is converted)."""
     return cfg if isinstance(cfg, TrainConfig) else OmegaConf.to_object(cfg)
-
-
-def _allowed(key: str, value: Any, allowed) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{key}={value!r} is not allowed; allowed: {', '.join(allowed)}")
-
-
-def _at_least(key: str, value: float | None, low: float, strict: bool = False) -> None:
-    if value is None or (value <= low if strict else value < low):
-        raise ConfigError(f"{key}={value!r} must be {'>' if strict else '>='} {low}")
-
-
-def validate(cfg: DictConfig | TrainConfig) -> TrainConfig:
-    """Check values a type alone cannot; raise ConfigError with a one-line message. Returns the
-    typed config."""
-    cfg = typed(cfg)
-    m = cfg.model
-    _allowed("model.name", m.name, MODELS)
-    for key in ("d_in", "hidden", "d_out"):
-        _at_least(f"model.{key}", getattr(m, key), 1)
-    if cfg.grad.method not in METHODS and not any(c in cfg.grad.method for c in ".:"):
-        raise ConfigError(
-            f"grad.method={cfg.grad.method!r} is not allowed; allowed: {', '.join(METHODS)}, "
-            "or an import path pkg.module.fn"
-        )
-    _validate_optimizer(cfg.optimizer)
-    _allowed("device", cfg.device, DEVICES)
-    _validate_data(cfg)
-    _validate_check(cfg.check)
-    if cfg.logger.wandb is not None:
-        _allowed("logger.wandb.mode", cfg.logger.wandb.mode, WANDB_MODES)
-    t = cfg.trainer
-    for key in ("max_steps", "inner_steps", "log_every_n_steps", "flush_every_n_steps"):
-        _at_least(f"trainer.{key}", getattr(t, key), 1)
-    _at_least("trainer.mem_every", t.mem_every, 0)
-    _allowed("trainer.progress", t.progress, ("auto", "on", "off"))
-    _allowed("dtype", cfg.dtype, DTYPES)
-    _at_least("threads", cfg.threads, 1)
-    return cfg
-
-
-def _validate_optimizer(o: OptimizerConfig) -> None:
-    _allowed("optimizer.name", o.name, OPTIMIZERS)
-    if type(o) is not OPTIMIZERS[o.name]:
-        raise ConfigError(
-            f"optimizer.name={o.name} needs the optimizer={o.name} choice (its own keys)"
-        )
-    _at_least("optimizer.lr", o.lr, 0, strict=True)
-    for key in ("momentum", "weight_decay"):
-        if hasattr(o, key):
-            _at_least(f"optimizer.{key}", getattr(o, key), 0)
-
-
-def _validate_data(cfg: TrainConfig) -> None:
-    d = cfg.data
-    _allowed("data.name", d.name, DATASETS)
-    _at_least("data.n_samples", d.n_samples, 1)
-    _at_least("data.batch_size", d.batch_size, 1)
-    _at_least("data.noise", d.noise, 0)
-    if d.name == "xor" and (cfg.model.d_in, cfg.model.d_out) != (2, 1):
-        raise ConfigError(
-            f"data=xor needs model.d_in=2 and model.d_out=1, got {cfg.model.d_in} and "
-            f"{cfg.model.d_out}"
-        )
-
-
-def _validate_check(c: CheckConfig) -> None:
-    _at_least("check.directional_every", c.directional_every, 0)
-    _at_least("check.full_every", c.full_every, 0)
-    _at_least("check.k", c.k, 1)
-    for key in ("h", "tol", "full_max_gradients"):
-        if getattr(c, key) is not None:
-            _at_least(f"check.{key}", getattr(c, key), 0, strict=True)

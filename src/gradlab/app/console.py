@@ -21,6 +21,7 @@ def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
         ("status", status),
         ("model / grad / optimizer", f"{s.model} / {s.grad} / {s.optimizer}"),
         ("device / dtype / seed", f"{s.device} / {s.dtype} / {s.seed}"),
+        ("model is", f"{s.model_desc or '-'}, {_fmt(s.params)} parameters, loss {s.loss}"),
         ("steps", _fmt(s.steps)),
         ("loss initial -> final", f"{_fmt(s.loss_initial)} -> {_fmt(s.loss_final)}"),
         ("grad check: math (max rel err)", f"{s.grad_check} ({_fmt(s.grad_math_rel_err_max)})"),
@@ -30,6 +31,9 @@ def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
         ("peak memory MiB", _fmt(s.peak_mem_mb)),
         ("output dir", s.output_dir or "-"),
     ]
+    if s.val_loss_final is not None:
+        acc = f", accuracy {_fmt(s.val_acc_final)}" if s.val_acc_final is not None else ""
+        rows.insert(6, ("validation (final)", f"loss {_fmt(s.val_loss_final)}{acc}"))
     if s.grad_check_basis and s.grad_check_basis != "float64 re-run":
         rows.append(("checked on", s.grad_check_basis))
     if f := s.grad_check_first_fail:

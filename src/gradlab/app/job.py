@@ -14,9 +14,11 @@ import torch
 
 from gradlab.app.config import ConfigError, TrainConfig
 from gradlab.app.sink import MetricSink
-from gradlab.training.data import Dataset, StepBatches
+from gradlab.data import Dataset
+from gradlab.training.batches import StepBatches
 from gradlab.training.state import RunState
 from gradlab.training.step import StepRunner
+from gradlab.training.validation import Validation
 
 
 class RunFailed(RuntimeError):
@@ -50,25 +52,22 @@ def resolve_device(name: str) -> torch.device:
 def build_job(cfg: TrainConfig, output_dir: Path, group: str | None = None) -> Job:
     """Everything one run needs, from its typed config."""
     from gradlab.app.module import GradLabModule, InterruptCheckpoint
-    from gradlab.models import build_model
-    from gradlab.training.data import make_dataset
     from gradlab.training.optim import build_optimizer
 
     # 1. where and in what precision
     device = resolve_device(cfg.device)
     torch.set_num_threads(cfg.threads)
-    dtype = getattr(torch, cfg.dtype)
     # 2. the net, its data and the gradient method
-    m, d = cfg.model, cfg.data
-    sizes = {"d_in": m.d_in, "hidden": m.hidden, "d_out": m.d_out}
-    model = build_model(m.name, **sizes, seed=cfg.seed, dtype=dtype, device=device)
-    data = make_dataset(d.name, model, d.n_samples, d.batch_size, d.noise, cfg.seed, dtype, device)
-    method = _method(cfg)
+    model, data, method = prepare(cfg, device)
     # 3. the step, its checks, and the run's state
     state, t = RunState(), cfg.trainer
     checks = _checks(cfg, model, method, state)
+    validation = None
+    if data.x_val is not None:
+        last = t.max_steps - 1
+        validation = Validation(model, data.x_val, data.y_val, t.val_every_n_steps, last)
     runner = StepRunner(
-        model, method, cfg.grad.method, checks, state, t.mem_every, cfg.check.fail_fast
+        model, method, cfg.grad.method, checks, state, t.mem_every, cfg.check.fail_fast, validation
     )
     # 4. where the metrics go, then the Lightning objects around it all
     csv, wandb_logger = _loggers(cfg, output_dir, runner, group)
@@ -87,13 +86,61 @@ def build_job(cfg: TrainConfig, output_dir: Path, group: str | None = None) -> J
     return Job(cfg, device, *parts)
 
 
-def _method(cfg: TrainConfig):
-    from gradlab.grads import resolve
+def prepare(cfg: TrainConfig, device: torch.device) -> tuple[torch.nn.Module, Dataset, object]:
+    """The model, its data and its gradient method, tried on two samples: ConfigError (one line
+    naming the key) for a model that cannot be built, data it does not fit, a method that cannot
+    handle it. The command line runs this before anything is written."""
+    from gradlab.data import make_dataset
+    from gradlab.models import build_model
+
+    dtype, m, d = getattr(torch, cfg.dtype), cfg.model, cfg.data
+    try:
+        options = {k: v for k, v in dataclasses.asdict(m).items() if k != "name"}
+        model = build_model(m.name, **options, seed=cfg.seed, dtype=dtype, device=device)
+        options = {
+            k: v for k, v in dataclasses.asdict(d).items() if k not in ("name", "batch_size")
+        }
+        data = make_dataset(
+            d.name, model, cfg.loss, d.batch_size, cfg.seed, dtype, device, **options
+        )
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    method = _method(cfg, model)
+    _trial_forward(cfg, model, data)
+    return model, data, method
+
+
+def _trial_forward(cfg: TrainConfig, model: torch.nn.Module, data: Dataset) -> None:
+    """One forward on two training samples: the model's output must fit the targets."""
+    from gradlab.data import loss_of
+
+    x, y = data.x[:2], data.y[:2]
+    what = f"model={cfg.model.name} on data={cfg.data.name}"
+    try:
+        with torch.no_grad():
+            out = model(x)
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        shape = tuple(x.shape)
+        raise ConfigError(
+            f"{what}: a trial forward of x {shape} raised {type(e).__name__}: {first}"
+        ) from None
+    want = tuple(y.shape) if y.is_floating_point() else (len(y), data.classes)
+    got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+    if got != want:
+        loss = loss_of(cfg.data.name, cfg.loss)
+        raise ConfigError(
+            f"{what}: x {tuple(x.shape)} gives output {got}, but loss={loss} needs {want}"
+        )
+
+
+def _method(cfg: TrainConfig, model: torch.nn.Module):
+    from gradlab.grads import for_model
 
     try:
-        method = resolve(cfg.grad.method)
+        method = for_model(cfg.grad.method, model)
     except ValueError as e:
-        raise ConfigError(f"grad.method: {e}") from None
+        raise ConfigError(str(e) if str(e).startswith("grad.") else f"grad.method: {e}") from None
     if cfg.grad.compile:
         from gradlab.grads.compiled import compiled
 
@@ -128,6 +175,18 @@ class ProgressLine:
             print(f"full check: {done}/{total} coordinates", file=sys.stderr, flush=True)
 
 
+def describe(cfg: TrainConfig, model: torch.nn.Module) -> dict:
+    """What the summary and the W&B config say the model and loss are."""
+    from gradlab.data import loss_of
+    from gradlab.models import model_name
+
+    params = sum(p.numel() for p in model.parameters())
+    desc = model_name(model)
+    if cfg.model.name == "custom":
+        desc = f"{desc} ({cfg.model.target})"
+    return {"model_desc": desc, "params": params, "loss": loss_of(cfg.data.name, cfg.loss)}
+
+
 def _loggers(cfg: TrainConfig, output_dir: Path, runner: StepRunner, group: str | None):
     """metrics.csv (logger csv) and the started W&B run (logger wandb), each or None."""
     from gradlab.training import metrics
@@ -135,13 +194,14 @@ def _loggers(cfg: TrainConfig, output_dir: Path, runner: StepRunner, group: str 
 
     csv = None
     if cfg.logger.csv is not None:
-        csv = MetricsCSV(output_dir / "metrics.csv", metrics.columns(runner.names))
+        columns = metrics.columns(runner.names, runner.validation is not None)
+        csv = MetricsCSV(output_dir / "metrics.csv", columns)
     wandb_logger = None
     if cfg.logger.wandb is not None:
         from gradlab.app.loggers import make_wandb_logger
 
         w = cfg.logger.wandb
-        config = dataclasses.asdict(cfg)
+        config = {**dataclasses.asdict(cfg), **describe(cfg, runner.model)}
         wandb_logger = make_wandb_logger(w, cfg.run_name, output_dir, config, w.group or group)
     return csv, wandb_logger
 

@@ -14,9 +14,10 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from gradlab.app.config import ConfigError, validate
-from gradlab.app.job import Job, RunFailed, build_job
+from gradlab.app.config import ConfigError
+from gradlab.app.job import Job, RunFailed, build_job, describe
 from gradlab.app.signals import RunSignals, Terminated
+from gradlab.app.validate import validate
 from gradlab.training.record import RunSummary, write_summary
 
 
@@ -53,7 +54,7 @@ def train(cfg: DictConfig, output_dir: Path, group: str | None = None) -> RunSum
     with RunSignals() as signals:
         try:
             job = build_job(validate(cfg), output_dir, group)
-            summary.update(device=str(job.device), params=_count(job.model))
+            summary.update(device=str(job.device), **describe(job.cfg, job.model))
             with signals.fitting(job.module):
                 job.trainer.fit(job.module, job.batches, ckpt_path=job.cfg.ckpt_path)
             status = job.state.status
@@ -106,10 +107,6 @@ def _finish(summary: RunSummary, job: Job | None, output_dir: Path, t_start: flo
         except Exception as e:  # W&B failing to close must not cost the summary
             summary.reason = (summary.reason + f"; W&B finish failed: {e}").lstrip("; ")
         write_summary(output_dir / "summary.json", summary)
-
-
-def _count(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 def optimized_value(summary: RunSummary, key: str, direction: str = "minimize") -> float:

@@ -1,17 +1,36 @@
-"""The nets gradlab trains: plain nn.Modules, built by name."""
+"""The nets gradlab trains: plain nn.Modules, built by name (the user's own as model=custom)."""
 
 from __future__ import annotations
 
+from torch import nn
+
+from gradlab.models.custom import custom
 from gradlab.models.mlp import MLP, three_layer_relu, two_layer_sigmoid
 
-MODELS = {"two_layer_sigmoid": two_layer_sigmoid, "three_layer_relu": three_layer_relu}
+MLPS = {"two_layer_sigmoid": two_layer_sigmoid, "three_layer_relu": three_layer_relu}
+MODELS = {**MLPS, "custom": custom}
 
 
-def build_model(name: str, **kw) -> MLP:
-    """Build a model by name: one of MODELS."""
+def build_model(name: str, **kw) -> nn.Module:
+    """Build a model by name: one of MODELS, with that builder's keywords."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; allowed: {', '.join(MODELS)}")
     return MODELS[name](**kw)
 
 
-__all__ = ["MLP", "MODELS", "build_model", "three_layer_relu", "two_layer_sigmoid"]
+def model_name(model: nn.Module) -> str:
+    """What a model is called in summaries: its class, and an MLP's sizes."""
+    if isinstance(model, MLP):
+        return f"MLP {'-'.join(map(str, model.sizes))} {model.activation}"
+    return type(model).__name__
+
+
+__all__ = [
+    "MLP",
+    "MLPS",
+    "MODELS",
+    "build_model",
+    "model_name",
+    "three_layer_relu",
+    "two_layer_sigmoid",
+]

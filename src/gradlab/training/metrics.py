@@ -17,6 +17,8 @@ The check figures (gradlab.check's docstring says how each is measured):
 from __future__ import annotations
 
 LOSS = "train/loss"
+VAL_LOSS = "val/loss"  # on the validation split, after the step (data with a split)
+VAL_ACC = "val/acc"  # the fraction of validation samples whose argmax is their label
 GRAD_MS = "time/grad_ms"  # the gradient method's call alone
 STEP_MS = "time/step_ms"  # the whole step: gradient, checks, optimizer
 CHECK_MS = "time/check_ms"  # the step's checks alone
@@ -39,8 +41,10 @@ def per_param(name: str) -> str:
     return REL_ERR_PREFIX + name
 
 
-def columns(param_names: list[str]) -> list[str]:
-    """metrics.csv's columns for a model with these parameters, in order."""
+def columns(param_names: list[str], validation: bool = False) -> list[str]:
+    """metrics.csv's columns for a model with these parameters (and a validation split), in
+    order."""
     checks = [REL_ERR, *map(per_param, param_names), FULL_REL_ERR, MATH_REL_ERR]
     checks += [PRECISION_RATIO, DTYPE_REL_ERR, COS_SIM, KINKS, EXCLUDED, MAX_ABS_DIFF, COVERAGE]
-    return [LOSS, *checks, GRAD_MS, STEP_MS, CHECK_MS, PEAK_MB]
+    val = [VAL_LOSS, VAL_ACC] if validation else []
+    return [LOSS, *val, *checks, GRAD_MS, STEP_MS, CHECK_MS, PEAK_MB]

@@ -20,7 +20,8 @@ class RunSummary:
 
     # what ran
     run_name: str | None = None
-    model: str | None = None
+    model: str | None = None  # the model choice
+    model_desc: str | None = None  # what it is: an MLP's sizes, another module's class
     params: int | None = None  # parameter count
     grad: str | None = None  # the grad choice's name
     method: str | None = None  # the method's name or import path
@@ -30,6 +31,7 @@ class RunSummary:
     dtype: str | None = None
     seed: int | None = None
     data: str | None = None
+    loss: str | None = None  # mse | cross_entropy
     # how it ended: running | completed | diverged | failed | interrupted, and why
     status: str = "running"
     reason: str = ""
@@ -45,6 +47,8 @@ class RunSummary:
     grad_ms_median: float | None = None
     step_ms_median: float | None = None
     peak_mem_mb: float | None = None
+    val_loss_final: float | None = None  # after the last step, on the validation split
+    val_acc_final: float | None = None  # (class labels)
     # the checks (gradlab.check): the math verdict, and the precision of the run's dtype
     grad_check: str = "none"  # pass | fail | none (no check ran)
     grad_check_first_fail: dict[str, Any] | None = None  # step, mode, param, rel_err, tol

@@ -32,6 +32,8 @@ class RunState:
         self.ratio_max: float | None = None
         self.coverage_min: float | None = None
         self.check_ms = 0.0
+        self.val_loss: float | None = None
+        self.val_acc: float | None = None
 
     def stop(self, status: str, reason: str) -> None:
         """The run cannot go on: diverged or failed, and why."""
@@ -49,6 +51,8 @@ class RunState:
         if m.PEAK_MB in metrics:
             self.peak_mem_mb = max(self.peak_mem_mb or 0.0, metrics[m.PEAK_MB])
         self.check_ms += metrics.get(m.CHECK_MS, 0.0)
+        self.val_loss = metrics.get(m.VAL_LOSS, self.val_loss)
+        self.val_acc = metrics.get(m.VAL_ACC, self.val_acc)
         if m.REL_ERR in metrics:
             self.checks += 1
             self.kinks += int(metrics.get(m.KINKS, 0))
@@ -100,6 +104,8 @@ class RunState:
             "grad_ms_median": statistics.median(self.grad_ms) if self.grad_ms else None,
             "step_ms_median": statistics.median(self.step_ms) if self.step_ms else None,
             "peak_mem_mb": self.peak_mem_mb,
+            "val_loss_final": self.val_loss,
+            "val_acc_final": self.val_acc,
             "grad_check": "fail" if self.first_fail else ("pass" if self.checks else "none"),
             "grad_check_first_fail": self.first_fail,
             "grad_check_basis": self.check_basis,

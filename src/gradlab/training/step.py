@@ -19,6 +19,7 @@ from gradlab.measure.memory import peak_bytes
 from gradlab.training.checks import StepChecks
 from gradlab.training.output import AllFinite, GradientMethodError, well_formed
 from gradlab.training.state import RunState
+from gradlab.training.validation import Validation
 
 
 class StepRunner:
@@ -33,6 +34,7 @@ class StepRunner:
         state: RunState,
         mem_every: int = 100,
         fail_fast: bool = False,
+        validation: Validation | None = None,
     ):
         self.model, self.grad_fn, self.grad_name = model, grad_fn, grad_name
         self.checks, self.state, self.mem_every, self.fail_fast = (
@@ -41,6 +43,7 @@ class StepRunner:
             mem_every,
             fail_fast,
         )
+        self.validation = validation
         # the Parameter objects outlive model.to(device), so one list serves every step
         self.names, self.params = map(list, zip(*model.named_parameters()))
         self.all_finite = AllFinite()
@@ -97,6 +100,9 @@ class StepRunner:
         if self.mem_every and step % self.mem_every == 0:
             _, nbytes = peak_bytes(lambda: self.grad_fn(self.model, x, y), self.params[0].device)
             metrics[m.PEAK_MB] = nbytes / 2**20
+        # 6. the validation figures of the model as this step left it, untimed
+        if self.validation is not None and self.validation.due(step):
+            metrics.update(self.validation())
         if self.fail_fast and (f := self.state.first_fail):
             where = f"at step {step} on {f['param']} (rel err {f['rel_err']:.3g})"
             self.state.stop("failed", f"gradient check failed {where}")
