@@ -50,7 +50,8 @@ def custom(
             raise ValueError(f"model.target={target} raised {type(e).__name__}: {e}") from None
     if not isinstance(model, nn.Module):
         raise ValueError(
-            f"model.target={target} returned an object of type {type(model).__name__}, not a torch.nn.Module"
+            f"model.target={target} returned an object of type {type(model).__name__}, "
+            "not a torch.nn.Module"
         )
     if not any(True for _ in model.parameters()):
         raise ValueError(f"model.target={target} returned a module without parameters")

@@ -172,7 +172,9 @@ class Plotter:
 
     def figures(self) -> dict[str, Figure | None]:
         return {
-            "loss.png": self.lines(m.LOSS, "Training loss per step", "loss (MSE)", None),
+            "loss.png": self.lines(m.LOSS, "Training loss per step", "loss", None),
+            "val_loss.png": self.lines(m.VAL_LOSS, "Validation loss", "loss", None),
+            "val_acc.png": self.lines(m.VAL_ACC, "Validation accuracy", "accuracy", False),
             "grad_rel_err.png": self.lines(
                 m.REL_ERR,
                 "Relative error of the run's gradient\n"

@@ -13,12 +13,12 @@ import gradlab.training.metrics as m
 from gradlab.reports.format import cell, tally
 from gradlab.reports.runs import Run
 
-KEY = ("model", "grad", "method", "optimizer", "lr", "dtype", "device", "data")
+KEY = ("model", "grad", "method", "optimizer", "lr", "dtype", "device", "data", "loss")
 GRAD_ORDER = ("autograd", "manual", "function", "fused", "tape", "numerical")
 COLUMNS = [*KEY, "n", "status", "steps", "grad_ms_median", "grad_ms_p25", "grad_ms_p75"]
 COLUMNS += ["step_ms_median", "check_ms_median", "check_time_ratio", "peak_mem_mb"]
 COLUMNS += ["rel_err_max", "rel_err_median", "math_rel_err_max", "grad_check", "precision"]
-COLUMNS += ["loss_final", "reason"]
+COLUMNS += ["loss_final", "val_loss_final", "val_acc_final", "params", "model_desc", "reason"]
 
 
 def _num(value: Any) -> float | None:
@@ -144,6 +144,10 @@ def group_row(key: tuple, runs: list[Run]) -> dict[str, Any]:
         "loss_final": _median(losses)
         if _finite(losses)
         else next((x for x in losses if x is not None), None),
+        "val_loss_final": _median(_num(r.summary.val_loss_final) for r in runs),
+        "val_acc_final": _median(_num(r.summary.val_acc_final) for r in runs),
+        "params": _median(_num(r.summary.params) for r in runs),
+        "model_desc": _tally([r.summary.model_desc or "" for r in runs]),
         "reason": _reasons(runs, checks),
     }
 
@@ -197,6 +201,12 @@ class Report:
         cols = ["model", "grad", *self.varying, "n", "status", "steps", "grad ms median (IQR)"]
         cols += ["step ms median", "check / grad time", f"peak mem {unit}", "rel err max"]
         cols += ["rel err median", "check", "precision", "loss final"]
+        val = [
+            k
+            for k in ("val_loss_final", "val_acc_final")
+            if any(r[k] is not None for r in self.rows)
+        ]
+        cols += [k.removesuffix("_final").replace("_", " ") for k in val] + ["params"]
         out = []
         for r in self.rows:
             grad_ms = cell(r["grad_ms_median"])
@@ -206,7 +216,7 @@ class Report:
             cells = [r["model"], r["grad"], *(r[k] for k in self.varying), r["n"], r["status"]]
             cells += [r["steps"], grad_ms, r["step_ms_median"], r["check_time_ratio"], mem]
             cells += [r["rel_err_max"], r["rel_err_median"], r["grad_check"], r["precision"]]
-            cells += [r["loss_final"]]
+            cells += [r["loss_final"], *(r[k] for k in val), r["params"]]
             out.append(dict(zip(cols, map(cell, cells))))
         return cols, out
 

@@ -15,6 +15,8 @@ from gradlab.reports.table import COLUMNS, Report
 
 PLOTS = {  # file -> caption
     "loss.png": "Training loss per step (curves that coincide show as staggered markers)",
+    "val_loss.png": "Validation loss after the step (data with a validation split)",
+    "val_acc.png": "Validation accuracy after the step (class labels)",
     "grad_rel_err.png": "Relative error of the run's gradient against the float64 reference",
     "grad_ms.png": "Time of one gradient computation, distribution over steps",
     "peak_mem.png": "Peak memory of one gradient computation",
@@ -31,7 +33,8 @@ EXPLAINED = [
     "float64 re-run once that matched the float64 finite differences (against the differences "
     "themselves in a float64 run), max and median over the checks.",
     "check: the math verdict, the method's float64 gradient against exact float64 finite "
-    "differences at 1e-9; precision: whether the run's gradient was over 100 times less "
+    "differences at 1e-9 (a model that is not an MLP: plain differences, at ten times their "
+    "own estimated accuracy); precision: whether the run's gradient was over 100 times less "
     "precise than its dtype itself is on the same batch (a 'finding').",
     "n: runs with the same configuration (seeds): figures are medians across them, rel err max "
     "the worst; a run that diverged ends on a non-finite loss.",
