@@ -1,17 +1,79 @@
-"""DigitsCNN: its loss convention and its deterministic, dtype-independent init."""
+"""DigitsCNN's hand-written gradient against autograd (float64 and float32), its loss
+convention and its deterministic init."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
+from gradlab.grads import manual_cnn
 from gradlab.losses import cross_entropy_loss
 from gradlab.models.cnn import DigitsCNN, digits_cnn
 
 F64 = torch.float64
+METHODS = {"manual": manual_cnn.gradient}
+NAMES = ["conv.weight", "conv.bias", "fc.weight", "fc.bias"]
+# Exact methods in float64 sum the same products in another order (batch x pixels <= 64 * 37
+# terms per conv gradient element): rounding ~sqrt(n) * eps ~ 1e-14 of the terms' magnitude, so
+# rtol 1e-12 is ~100x loose and still ~1e10x tighter than a real bug; atol 1e-14 for elements
+# that cancel to ~0 (the gradients here are ~1e-3..1).
+EXACT_TOL = {"rtol": 1e-12, "atol": 1e-14}
+# float32: eps = 1.2e-7 and n ~ 4e3 summands (batch 64 x 64 pixels) give ~sqrt(n) * eps ~ 1e-5
+# relative, so rtol 1e-4 leaves 10x; atol 1e-6 as the MLPs' float32 test.
+FLOAT32_TOL = {"rtol": 1e-4, "atol": 1e-6}
+
+
+def autograd_gradient(model, x, labels):
+    """The reference: torch.autograd.grad of the loss by definition."""
+    names, params = zip(*model.named_parameters())
+    loss = cross_entropy_loss(model(x), labels)
+    return loss.detach(), dict(zip(names, torch.autograd.grad(loss, params)))
+
+
+def _batch(n: int, dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (n, 1, 8, 8) drawn in float64 and cast, labels int64 (n,) in 0..9."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 1, 8, 8, generator=gen, dtype=F64)
+    return x.to(dtype), torch.randint(0, 10, (n,), generator=gen)
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("batch,channels", list(itertools.product([1, 37], [1, 8])))
+def test_method_equals_autograd_float64(method, batch, channels):
+    model = DigitsCNN(channels, seed=1, dtype=F64)
+    x, labels = _batch(batch, F64)
+    loss_ref, ref = autograd_gradient(model, x, labels)
+    loss, grads = METHODS[method](model, x, labels)
+    assert list(grads) == NAMES  # every parameter, in parameter order
+    assert loss.shape == () and not loss.requires_grad
+    assert_close(loss, loss_ref, rtol=1e-13, atol=0)
+    for name, g in grads.items():
+        assert g.shape == ref[name].shape and g.dtype == F64, name
+        assert_close(g, ref[name], **EXACT_TOL, msg=lambda m, p=name: f"{method} {p}: {m}")
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_method_equals_autograd_float32(method):
+    model = digits_cnn(seed=0)
+    x, labels = _batch(64, torch.float32)
+    loss_ref, ref = autograd_gradient(model, x, labels)
+    loss, grads = METHODS[method](model, x, labels)
+    assert_close(loss, loss_ref, rtol=1e-6, atol=0)
+    for name, g in grads.items():
+        assert g.dtype == torch.float32, name
+        assert_close(g, ref[name], **FLOAT32_TOL, msg=lambda m, p=name: f"{method} {p}: {m}")
+
+
+@pytest.mark.parametrize("batch", [1, 5])
+def test_im2col_equals_unfold(batch):
+    x, _ = _batch(batch, F64)
+    cols = F.unfold(x, 3, padding=1)  # (B, 9, 64)
+    assert torch.equal(manual_cnn.im2col(x), cols.permute(1, 2, 0).reshape(9, 64 * batch))
 
 
 def test_cross_entropy_convention():
