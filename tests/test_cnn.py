@@ -1,8 +1,9 @@
-"""DigitsCNN's hand-written gradient against autograd (float64 and float32), its loss
-convention and its deterministic init."""
+"""DigitsCNN's gradient methods against autograd (float64 and float32), gradcheck of every custom
+Function in function_cnn, its loss convention and its deterministic init."""
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 
@@ -11,12 +12,13 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from gradlab.grads import manual_cnn
+from gradlab.grads import function_cnn, manual_cnn
+from gradlab.grads.function import linear, relu
 from gradlab.losses import cross_entropy_loss
 from gradlab.models.cnn import DigitsCNN, digits_cnn
 
 F64 = torch.float64
-METHODS = {"manual": manual_cnn.gradient}
+METHODS = {"manual": manual_cnn.gradient, "function": function_cnn.gradient}
 NAMES = ["conv.weight", "conv.bias", "fc.weight", "fc.bias"]
 # Exact methods in float64 sum the same products in another order (batch x pixels <= 64 * 37
 # terms per conv gradient element): rounding ~sqrt(n) * eps ~ 1e-14 of the terms' magnitude, so
@@ -74,6 +76,11 @@ def test_im2col_equals_unfold(batch):
     x, _ = _batch(batch, F64)
     cols = F.unfold(x, 3, padding=1)  # (B, 9, 64)
     assert torch.equal(manual_cnn.im2col(x), cols.permute(1, 2, 0).reshape(9, 64 * batch))
+    for shape, kernel, padding in [((batch, 1, 8, 8), 3, 1), ((batch, 2, 5, 4), 3, 0)]:
+        y = torch.randn(shape, dtype=F64)
+        assert torch.equal(
+            function_cnn.unfold(y, kernel, padding), F.unfold(y, kernel, padding=padding)
+        )
 
 
 def test_cross_entropy_convention():
@@ -101,3 +108,73 @@ def test_init_is_deterministic_and_dtype_independent():
         assert torch.equal(p, p64.to(torch.float32)), name  # drawn in float64, then cast
         fan_in = 9 if name.startswith("conv") else 128
         assert p64.abs().max() <= 1 / math.sqrt(fan_in), name  # U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+
+
+def _operand(*shape, seed):
+    return torch.randn(
+        *shape, dtype=F64, generator=torch.Generator().manual_seed(seed)
+    ).requires_grad_()
+
+
+# Inputs for gradcheck of every custom Function in function_cnn.py, by class name; each tuple is
+# one call (requires_grad marks what is checked; a detached input checks needs_input_grad's path).
+GRADCHECK_INPUTS = {
+    "Conv2dFunction": [
+        (_operand(2, 2, 5, 4, seed=0), _operand(3, 2, 3, 3, seed=1), _operand(3, seed=2), 1),
+        (
+            _operand(2, 2, 5, 4, seed=0).detach(),
+            _operand(3, 2, 3, 3, seed=1),
+            _operand(3, seed=2),
+            1,
+        ),
+        (
+            _operand(2, 1, 6, 5, seed=3),
+            _operand(2, 1, 2, 2, seed=4).detach(),
+            _operand(2, seed=5),
+            0,
+        ),
+    ],
+    "AvgPool2dFunction": [(_operand(2, 3, 4, 6, seed=6), 2), (_operand(1, 2, 6, 6, seed=7), 3)],
+    "CrossEntropyFunction": [(_operand(5, 4, seed=8), torch.tensor([0, 3, 1, 3, 2]))],
+}
+
+
+def _custom_functions():
+    for name, obj in vars(function_cnn).items():
+        is_function = inspect.isclass(obj) and issubclass(obj, torch.autograd.Function)
+        if is_function and obj.__module__ == function_cnn.__name__:
+            yield name, obj
+
+
+def test_every_custom_function_has_a_gradcheck_case():
+    assert {name for name, _ in _custom_functions()} == set(GRADCHECK_INPUTS)
+
+
+@pytest.mark.parametrize(
+    "name,fn", list(_custom_functions()), ids=lambda v: getattr(v, "__name__", v)
+)
+def test_gradcheck(name, fn):
+    for inputs in GRADCHECK_INPUTS[name]:
+        assert torch.autograd.gradcheck(fn.apply, inputs), name
+
+
+def test_pooling_rejects_windows_that_do_not_tile():
+    with pytest.raises(ValueError, match="do not tile"):
+        function_cnn.avg_pool2d(torch.randn(1, 1, 5, 4), 2)
+
+
+def test_gradcheck_of_the_whole_chain():
+    # the Functions chained as function_cnn.gradient does, the input x checked too (the conv's
+    # fold path); gradcheck's step of 1e-6 moves a pre-activation by < 1e-4, so every one must be
+    # farther than that from the ReLU's kink
+    model = DigitsCNN(2, seed=0, dtype=F64)
+    x, labels = _batch(3, F64)
+    with torch.no_grad():
+        assert model.conv(x).abs().min() > 1e-4, "too close to a ReLU kink: pick another seed"
+
+    def net(x, conv_w, conv_b, fc_w, fc_b):
+        h = function_cnn.avg_pool2d(relu(function_cnn.conv2d(x, conv_w, conv_b, 1)), 2)
+        return function_cnn.cross_entropy(linear(h.flatten(1), fc_w, fc_b), labels)
+
+    params = [p.detach().clone().requires_grad_() for p in model.parameters()]
+    assert torch.autograd.gradcheck(net, (x.requires_grad_(), *params))
