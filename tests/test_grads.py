@@ -20,7 +20,9 @@ from gradlab.models import MLP, three_layer_relu, two_layer_sigmoid
 
 F64 = torch.float64
 # the modules (gradlab.grads exports the methods under the same names)
-FUNCTION_MODULES = [importlib.import_module(f"gradlab.grads.{m}") for m in ("function", "fused")]
+FUNCTION_MODULES = [
+    importlib.import_module(f"gradlab.grads.{m}") for m in ("function", "fused", "function_cnn")
+]
 # (id, model sizes, activation, batch): the articles' two nets, batch 1, width 1, other sizes
 CASES = [
     ("sigmoid-2-4-1", [2, 4, 1], "sigmoid", 100),
@@ -145,6 +147,22 @@ GRADCHECK_INPUTS = {
         (_operand(6, 3, seed=10), torch.tensor([0, 2, 1, 2, 0, 1])),
         (_operand(1, 4, seed=11), torch.tensor([3])),
     ],
+    "Conv2dFunction": [
+        (_operand(2, 2, 5, 4, seed=0), _operand(3, 2, 3, 3, seed=1), _operand(3, seed=2), 1),
+        (
+            _operand(2, 2, 5, 4, seed=0).detach(),
+            _operand(3, 2, 3, 3, seed=1),
+            _operand(3, seed=2),
+            1,
+        ),
+        (
+            _operand(2, 1, 6, 5, seed=3),
+            _operand(2, 1, 2, 2, seed=4).detach(),
+            _operand(2, seed=5),
+            0,
+        ),
+    ],
+    "AvgPool2dFunction": [(_operand(2, 3, 4, 6, seed=6), 2), (_operand(1, 2, 6, 6, seed=7), 3)],
     "LinearActFunction": [
         (_operand(5, 3, seed=7), _operand(4, 3, seed=8), _operand(4, seed=9), "sigmoid"),
         (_operand(5, 3, seed=7).detach(), _operand(4, 3, seed=8), _operand(4, seed=9), "sigmoid"),

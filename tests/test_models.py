@@ -131,3 +131,25 @@ def test_a_users_wrong_function_in_a_model_fails_the_run_through_autograd(tmp_pa
     s = summary(tmp_path / "run")
     assert s.grad_check == "fail", result.stderr
     assert s.grad_check_first_fail["step"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("grad", ["manual", "autograd"])
+def test_the_digits_cnn_experiment_reaches_95_percent(grad, tmp_path):
+    args = ["experiment=digits_cnn", f"grad={grad}", "logger=csv", f"hydra.run.dir={tmp_path}/r"]
+    result = run_cli(*args, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    s = summary(tmp_path / "r")
+    assert (s.model_desc, s.params, s.loss) == ("DigitsCNN", 1370, "cross_entropy")
+    assert s.grad_check == "pass" and s.grad_precision == "ok"
+    assert s.val_acc_final >= 0.95, s.val_acc_final
+
+
+def test_the_digits_cnn_takes_its_own_methods_and_refuses_the_mlp_ones(capsys):
+    precheck(["experiment=digits_cnn", "grad=function"], CONF)  # written for it: passes
+    with pytest.raises(SystemExit):
+        precheck(["experiment=digits_cnn", "grad=fused"], CONF)
+    assert "cannot handle the model DigitsCNN" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        precheck(["experiment=digits_cnn", "data.layout=flat"], CONF)
+    assert "model=digits_cnn needs data=digits data.layout=image" in capsys.readouterr().err

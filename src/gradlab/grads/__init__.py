@@ -15,8 +15,17 @@ from collections.abc import Callable
 
 from torch import Tensor
 
-from gradlab.grads import autograd, function, fused, manual, numerical, tape
-from gradlab.models import MLP
+from gradlab.grads import (
+    autograd,
+    function,
+    function_cnn,
+    fused,
+    manual,
+    manual_cnn,
+    numerical,
+    tape,
+)
+from gradlab.models import MLP, DigitsCNN
 
 GradMethod = Callable[[MLP, Tensor, Tensor], "tuple[Tensor, dict[str, Tensor]]"]
 
@@ -33,8 +42,8 @@ METHODS: dict[str, GradMethod] = {
 
 # the hand-written methods, per model class they were written for
 SPECIFIC: dict[str, dict[type, GradMethod]] = {
-    "manual": {MLP: manual.gradient},
-    "function": {MLP: function.gradient},
+    "manual": {MLP: manual.gradient, DigitsCNN: manual_cnn.gradient},
+    "function": {MLP: function.gradient, DigitsCNN: function_cnn.gradient},
     "fused": {MLP: fused.gradient},
     "tape": {MLP: tape.gradient},
 }

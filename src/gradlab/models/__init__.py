@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from torch import nn
 
+from gradlab.models.cnn import DigitsCNN, digits_cnn
 from gradlab.models.custom import custom
 from gradlab.models.mlp import MLP, three_layer_relu, two_layer_sigmoid
 
 MLPS = {"two_layer_sigmoid": two_layer_sigmoid, "three_layer_relu": three_layer_relu}
-MODELS = {**MLPS, "custom": custom}
+MODELS = {**MLPS, "digits_cnn": digits_cnn, "custom": custom}
 
 
 def build_model(name: str, **kw) -> nn.Module:
@@ -27,6 +28,7 @@ def model_name(model: nn.Module) -> str:
 
 __all__ = [
     "MLP",
+    "DigitsCNN",
     "MLPS",
     "MODELS",
     "build_model",
