@@ -19,7 +19,7 @@ cli = importlib.util.module_from_spec(_script)
 _script.loader.exec_module(cli)
 
 SECTIONS = {
-    "Loss": {"train/loss"},
+    "Loss": {"train/loss", "val/loss", "val/acc"},
     "Gradient check": {
         "grad/rel_err",
         "grad/math_rel_err",

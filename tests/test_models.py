@@ -12,6 +12,7 @@ from gradlab.app.cli import precheck
 from gradlab.data import make_dataset
 from gradlab.grads import for_model
 from gradlab.models import three_layer_relu
+from gradlab.reports.write import write_report
 from usermodels import build
 
 CUSTOM = ["model=custom", "grad=autograd", "data.d_in=4", "data.d_out=1"]
@@ -120,6 +121,10 @@ def test_a_custom_model_on_digits_trains_checks_and_reports_validation(tmp_path)
     header = rows[0].split(",")
     val = [r.split(",")[header.index("val/acc")] for r in rows[1:]]
     assert [i for i, v in enumerate(val) if v] == [0, 20, 39]  # every 20 steps, after the last
+    written = {p.name for p in write_report([tmp_path / "run"], tmp_path / "report")}
+    assert {"val_loss.png", "val_acc.png"} <= written
+    table = (tmp_path / "report" / "report.md").read_text()
+    assert "| val loss | val acc | params |" in table and "| 610 |" in table
 
 
 @pytest.mark.slow

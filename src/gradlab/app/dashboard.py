@@ -37,7 +37,11 @@ class Panel:
 
 
 SECTIONS: dict[str, list[Panel]] = {
-    "Loss": [Panel("Training loss", (m.LOSS,), "loss (MSE)", log_y=True)],
+    "Loss": [
+        Panel("Training loss", (m.LOSS,), "loss", log_y=True),
+        Panel("Validation loss (data with a split)", (m.VAL_LOSS,), "loss", log_y=True),
+        Panel("Validation accuracy (class labels)", (m.VAL_ACC,), "accuracy"),
+    ],
     "Gradient check": [
         Panel(
             "Relative error of the run's gradient vs the reference",
