@@ -39,7 +39,7 @@ def full(point: GenericPoint, h: float | None, budget_s=None, generator=None, pr
     sizes = [shape.numel() for shape in point.shapes.values()]
     starts = torch.tensor([0, *sizes]).cumsum(0)[:-1].tolist()
     order = [torch.randperm(size, generator=generator) + a for size, a in zip(sizes, starts)]
-    parts, done, chunk = [], 0, 64 if budget_s is not None else n
+    parts, done, chunk = [], 0, 4 if budget_s is not None else n  # a budget: a few each first
     while any(len(o) for o in order):
         for i, o in enumerate(order):
             if len(o):
