@@ -75,9 +75,13 @@ def precheck(argv: list[str], conf_dir: Path) -> None:
             except Exception as e:  # Hydra/OmegaConf: unknown key, wrong type, missing value
                 raise ConfigError(_one_line(e)) from None
         try:
-            validate(cfg)
+            checked = validate(cfg)
         except OmegaConfBaseException as e:  # e.g. a required (???) value left unset
             raise ConfigError(_one_line(e)) from None
+        if checked.ckpt_path:  # before Hydra makes the run dir
+            from gradlab.app.checkpoints import resume_step
+
+            resume_step(checked)
         _check_fresh_dir(argv)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

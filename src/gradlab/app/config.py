@@ -106,6 +106,8 @@ class TrainerConfig:
     # hand the logged rows to metrics.csv and W&B every N steps (and at the end), >= 1
     flush_every_n_steps: int = 10
     mem_every: int = 100  # measure peak memory every N steps (0 = never)
+    # write checkpoints/last.ckpt (atomically) every N steps and at the end (0 = never)
+    ckpt_every_n_steps: int = 250
     progress: str = "auto"  # auto (a rich bar on a terminal, quiet under CI) | on | off
 
 
@@ -180,6 +182,7 @@ def validate(cfg: DictConfig | TrainConfig) -> TrainConfig:
     for key in ("max_steps", "inner_steps", "log_every_n_steps", "flush_every_n_steps"):
         _at_least(f"trainer.{key}", getattr(t, key), 1)
     _at_least("trainer.mem_every", t.mem_every, 0)
+    _at_least("trainer.ckpt_every_n_steps", t.ckpt_every_n_steps, 0)
     _allowed("trainer.progress", t.progress, ("auto", "on", "off"))
     _allowed("dtype", cfg.dtype, DTYPES)
     _at_least("threads", cfg.threads, 1)

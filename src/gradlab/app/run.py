@@ -52,7 +52,9 @@ def train(cfg: DictConfig, output_dir: Path, group: str | None = None) -> RunSum
     job = None
     with RunSignals() as signals:
         try:
-            job = build_job(validate(cfg), output_dir, group)
+            typed = validate(cfg)
+            summary.update(resumed_from=typed.ckpt_path)
+            job = build_job(typed, output_dir, group)
             summary.update(device=str(job.device), params=_count(job.model))
             with signals.fitting(job.module):
                 job.trainer.fit(job.module, job.batches, ckpt_path=job.cfg.ckpt_path)

@@ -34,7 +34,8 @@ class RunSummary:
     status: str = "running"
     reason: str = ""
     output_dir: str | None = None
-    checkpoint: str | None = None
+    checkpoint: str | None = None  # saved on an interruption, to resume from
+    resumed_from: str | None = None  # the checkpoint this run started from
     wandb_dir: str | None = None
     wandb_sync: str | None = None
     elapsed_s: float | None = None
