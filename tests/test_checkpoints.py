@@ -1,6 +1,6 @@
 """Checkpoints: last.ckpt every N steps and at the end, written atomically; a SIGKILLed run
 resumes from it exactly; a checkpoint of another kind of run, or a broken one, is one line
-before any run dir exists."""
+before any run dir exists; a SLURM job restarted by SLURM resumes in its own dir."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from apphelpers import CONF, TRAIN, compose_cfg, run_cli, summary
-from gradlab.app import checkpoints, cli
+from gradlab.app import checkpoints, cli, slurmjob
 from gradlab.app.config import validate
-from gradlab.app.job import _event_every
+from gradlab.app.job import RunFailed, _event_every
 from gradlab.app.run import train
-from gradlab.training.record import read_metrics
+from gradlab.training.record import RunSummary, read_metrics, write_summary
 
 TESTS = Path(__file__).resolve().parent
 QUICK = ["logger=csv", "check=none", "trainer.mem_every=0"]
@@ -213,3 +213,89 @@ def test_a_sweep_job_with_a_bad_checkpoint_fails_with_the_reason(tmp_path, saved
         f"ckpt_path={truncated} is not a readable"
     )
     assert "2 jobs: 1 completed, 1 failed" in (tmp_path / "S" / "summary.md").read_text()
+
+
+# ---- a SLURM job that SLURM starts again (requeue, pre-emption) resumes in its own dir
+
+
+def _job_env(monkeypatch, job: str, restarts: int) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", job)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", str(restarts))
+    for name in ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SUBMITIT_EXECUTOR"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _killed_run(run_dir: Path, job: str, rows: int, ckpts: dict[str, int]) -> None:
+    """What a SIGKILLed start of SLURM job `job` leaves: summary "running", metrics rows
+    0..rows-1 and half a row, checkpoints at the given steps."""
+    run_dir.mkdir()
+    write_summary(run_dir / "summary.json", RunSummary(job_id=job, job_restarts=0))
+    lines = ["step,train/loss\n", *(f"{s},0.5\n" for s in range(rows)), f"{rows},0.4"]
+    (run_dir / "metrics.csv").write_text("".join(lines))
+    for name, step in ckpts.items():
+        (run_dir / "checkpoints").mkdir(exist_ok=True)
+        torch.save({"global_step": step, "state_dict": {}}, run_dir / "checkpoints" / name)
+
+
+@pytest.mark.parametrize(
+    "ckpts,resumes",
+    [
+        ({}, None),
+        ({"last.ckpt": 41}, "last.ckpt"),
+        ({"last.ckpt": 41, "interrupted.ckpt": 50}, "interrupted.ckpt"),
+    ],
+)
+def test_a_restarted_job_claims_its_dir_at_its_newest_checkpoint(
+    tmp_path, monkeypatch, ckpts, resumes
+):
+    run_dir = tmp_path / "R"
+    _killed_run(run_dir, "4242", 60, ckpts)
+    _job_env(monkeypatch, "4242", 1)
+    restart = slurmjob.claim(run_dir)
+    step = ckpts.get(resumes, 0)
+    assert restart.step == step
+    assert restart.checkpoint == (run_dir / "checkpoints" / resumes if resumes else None)
+    assert [r["step"] for r in read_metrics(run_dir / "metrics.csv")] == list(range(step))
+
+
+@pytest.mark.parametrize("job,restarts", [("4243", 1), ("4242", 0), (None, 0)])
+def test_any_other_run_never_claims_the_dir(tmp_path, monkeypatch, job, restarts):
+    run_dir = tmp_path / "R"
+    _killed_run(run_dir, "4242", 60, {"last.ckpt": 41})
+    if job is None:
+        monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+        monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
+    else:
+        _job_env(monkeypatch, job, restarts)
+    before = (run_dir / "metrics.csv").read_bytes()
+    with pytest.raises(RunFailed, match="already holds a run"):
+        slurmjob.claim(run_dir)
+    assert (run_dir / "metrics.csv").read_bytes() == before
+
+
+@pytest.mark.slow
+def test_a_requeued_job_resumes_from_its_own_checkpoint_and_trajectory(tmp_path, monkeypatch):
+    # the first start is interrupted inside a step group (SIGINT at step 13, as SIGTERM at a
+    # requeue); SLURM starts the same job again (same id, restart count 1) in the same dir
+    run_dir, common = tmp_path / "R", [*QUICK, "grad.method=faultmethods.sigint_at_step_13"]
+    args = [*common, "trainer.max_steps=30", f"hydra.run.dir={run_dir}"]
+    job = {"PYTHONPATH": str(TESTS), "SLURM_JOB_ID": "4242", "SUBMITIT_EXECUTOR": None}
+    job.update(SLURM_ARRAY_JOB_ID=None, SLURM_ARRAY_TASK_ID=None)
+    first = run_cli(*args, cwd=tmp_path, env={**job, "SLURM_RESTART_COUNT": "0"})
+    assert first.returncode == 130, first.stderr
+    assert summary(run_dir).steps == 14 and summary(run_dir).job_id == "4242"
+    again = run_cli(
+        *args,
+        cwd=tmp_path,
+        env={**job, "SLURM_RESTART_COUNT": "1", "FAULTMETHODS_SIGINT_CALL": "0"},
+    )
+    assert again.returncode == 0, again.stderr
+    s = summary(run_dir)
+    assert s.status == "completed" and s.steps == 30 and s.job_restarts == 1
+    assert s.resumed_from == str(run_dir / "checkpoints" / "interrupted.ckpt")
+    assert [r["step"] for r in read_metrics(run_dir / "metrics.csv")] == list(range(30))
+    monkeypatch.syspath_prepend(str(TESTS))
+    monkeypatch.setenv("FAULTMETHODS_SIGINT_CALL", "0")
+    ref = train(compose_cfg(*common, "trainer.max_steps=30"), tmp_path / "C")
+    assert ref.status == "completed"
+    assert torch.equal(_losses(run_dir), _losses(tmp_path / "C"))

@@ -4,7 +4,7 @@ resume accepts (a readable checkpoint of a run like this one; anything else is o
 
 checkpoints/last.ckpt is written every trainer.ckpt_every_n_steps steps, at the end of the step
 group that ends on such a step (groups end there, so no timed gradient waits for the disk), and
-when training ends; checkpoints/interrupted.ckpt on Ctrl-C or SIGTERM.
+when training ends; checkpoints/interrupted.ckpt on Ctrl-C, SIGTERM or a pre-emption signal.
 """
 
 from __future__ import annotations

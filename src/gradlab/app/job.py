@@ -150,6 +150,7 @@ def _loggers(cfg: TrainConfig, output_dir: Path, runner: StepRunner, group: str 
 
 def _trainer(cfg: TrainConfig, device, output_dir: Path, callbacks: list, wandb_logger):
     import lightning as L
+    from lightning.pytorch.plugins.environments import LightningEnvironment
 
     from gradlab.app.console import progress_wanted, quiet_lightning
 
@@ -173,6 +174,9 @@ def _trainer(cfg: TrainConfig, device, output_dir: Path, callbacks: list, wandb_
         log_every_n_steps=cfg.trainer.log_every_n_steps,
         callbacks=callbacks,
         default_root_dir=str(output_dir),
+        # one process on one device: no cluster environment, so inside a SLURM job Lightning
+        # neither detects SLURMEnvironment nor installs its own requeue (gradlab.app.slurmjob)
+        plugins=[LightningEnvironment()],
     )
 
 

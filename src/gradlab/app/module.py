@@ -36,11 +36,11 @@ class GradLabModule(L.LightningModule):
         self.runner, self.sink, self.make_optimizer, self.seed = runner, sink, make_optimizer, seed
         self.model = runner.model
         self.identity = identity  # saved in every checkpoint (gradlab.app.checkpoints)
-        self.stop_requested = False
+        self.stop_requested: str | None = None  # the signal that asked for a stop
 
-    def request_stop(self) -> None:
+    def request_stop(self, signal_name: str = "SIGINT") -> None:
         """Ask for a clean stop at the next step boundary (a signal handler calls this)."""
-        self.stop_requested = True
+        self.stop_requested = signal_name
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint[RECORD] = self.identity
@@ -70,8 +70,8 @@ class GradLabModule(L.LightningModule):
 
 
 class InterruptCheckpoint(L.Callback):
-    """On Ctrl-C or SIGTERM (pre-emption), save a checkpoint before Lightning tears down
-    (atomically)."""
+    """On Ctrl-C, SIGTERM or a pre-emption signal, save a checkpoint before Lightning tears
+    down (atomically)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -80,7 +80,8 @@ class InterruptCheckpoint(L.Callback):
 
     def on_exception(self, trainer, pl_module, exception):
         if isinstance(exception, KeyboardInterrupt | SystemExit):
-            self.signal = "SIGINT" if isinstance(exception, KeyboardInterrupt) else "SIGTERM"
+            asked = "SIGINT" if isinstance(exception, KeyboardInterrupt) else "SIGTERM"
+            self.signal = getattr(pl_module, "stop_requested", None) or asked
             self.saved = checkpoints.save(trainer, self.path)
 
 
