@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import torch
 
@@ -76,4 +77,10 @@ def sigint_at_step_13(model, x, y):
     calls += x.dtype == torch.float32
     if calls == int(os.environ.get("FAULTMETHODS_SIGINT_CALL", "14")):
         os.kill(os.getpid(), signal.SIGINT)
+    return autograd(model, x, y)
+
+
+def slow_autograd(model, x, y):
+    """Autograd, 20 ms a call: a run that trains long enough to be pre-empted or killed."""
+    time.sleep(0.02)
     return autograd(model, x, y)
