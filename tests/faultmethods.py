@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import torch
 
@@ -69,9 +70,17 @@ def raises_at_step_13(model, x, y):
 def sigint_at_step_13(model, x, y):
     """Autograd that sends its own process SIGINT (Ctrl-C) in its 14th call (step 13 when
     trainer.mem_every=0): the run stops at the next step, inside a group of trainer.inner_steps.
-    Only the run's own float32 calls count, as in raises_at_step_13."""
+    Only the run's own float32 calls count, as in raises_at_step_13. FAULTMETHODS_SIGINT_CALL
+    moves the call (0: never, for the run that resumes it: a checkpoint resumes with its own
+    method)."""
     global calls
     calls += x.dtype == torch.float32
-    if calls == 14:
+    if calls == int(os.environ.get("FAULTMETHODS_SIGINT_CALL", "14")):
         os.kill(os.getpid(), signal.SIGINT)
+    return autograd(model, x, y)
+
+
+def slow_autograd(model, x, y):
+    """Autograd, 20 ms a call: a run that trains long enough to be pre-empted or killed."""
+    time.sleep(0.02)
     return autograd(model, x, y)

@@ -278,8 +278,9 @@ def test_interrupt_inside_a_step_group_resumes_exactly(tmp_path):
     assert s.status == "interrupted" and s.steps == 14
     assert [r["step"] for r in read_metrics(a / "metrics.csv")] == list(range(14))
     resumed = run_cli(
-        *common, f"ckpt_path={s.checkpoint}", "trainer.max_steps=30", f"hydra.run.dir={b}",
-        cwd=tmp_path,
+        *common, "grad.method=faultmethods.sigint_at_step_13", f"ckpt_path={s.checkpoint}",
+        "trainer.max_steps=30", f"hydra.run.dir={b}", cwd=tmp_path,
+        env={"PYTHONPATH": str(TESTS), "FAULTMETHODS_SIGINT_CALL": "0"},
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     ref = train(compose_cfg(*common, "trainer.max_steps=30"), tmp_path / "C")

@@ -73,11 +73,15 @@ def precheck(argv: list[str], conf_dir: Path) -> None:
         except Exception as e:  # Hydra/OmegaConf: unknown key, wrong type, missing value
             raise ConfigError(_one_line(e)) from None
         try:
-            typed_cfg = validate(cfg)
+            checked = validate(cfg)
         except OmegaConfBaseException as e:  # e.g. a required (???) value left unset
             raise ConfigError(_one_line(e)) from None
+        if checked.ckpt_path:  # before Hydra makes the run dir
+            from gradlab.app.checkpoints import resume_step
+
+            resume_step(checked)
         _check_fresh_dir(argv)
-        _try_build(typed_cfg)
+        _try_build(checked)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -119,10 +123,14 @@ def _one_line(e: BaseException) -> str:
 
 def _check_fresh_dir(argv: list[str]) -> None:
     """An explicit hydra.run.dir / hydra.sweep.dir must not hold an earlier run: Hydra would
-    overwrite its .hydra/ files before the job starts."""
+    overwrite its .hydra/ files before the job starts. (The same SLURM job started again by
+    SLURM resumes its own run.)"""
+    from gradlab.app.slurmjob import is_restart
+
     for arg in argv:
         key, _, value = arg.partition("=")
-        if key == "hydra.run.dir" and (Path(value) / "summary.json").exists():
+        run = Path(value)
+        if key == "hydra.run.dir" and (run / "summary.json").exists() and not is_restart(run):
             raise ConfigError(f"hydra.run.dir={value} already holds a run; choose a new dir")
         if key == "hydra.sweep.dir" and Path(value).is_dir() and any(Path(value).iterdir()):
             raise ConfigError(f"hydra.sweep.dir={value} is not empty; choose a new dir")
@@ -143,17 +151,20 @@ def run(cfg: DictConfig) -> float:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from gradlab.app import slurmjob
     from gradlab.app.console import print_summary
     from gradlab.app.run import RunFailed, optimized_value, train
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     group = Path(hc.sweep.dir).name if multirun else None
+    requeue = slurmjob.requeue_handler()  # submitit's, before the run installs its own
     try:
         summary = train(cfg, Path(hc.runtime.output_dir), group=group)
     except RunFailed as e:  # the output dir already holds a run: touch nothing
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+    slurmjob.hand_over(summary, requeue)  # a pre-empted SLURM job: requeued, no result
     if multirun:  # the sweep callback prints the whole table at the end
         print(f"job {summary.run_name}: {summary.status} {summary.reason}".rstrip())
     elif summary.steps:  # a run that failed before its first step gets one line only

@@ -177,6 +177,8 @@ class TrainerConfig:
     mem_every: int = 100  # measure peak memory every N steps (0 = never)
     # validation loss (and accuracy) every N steps and after the last, on data with a split
     val_every_n_steps: int = 50  # (0 = only after the last)
+    # write checkpoints/last.ckpt (atomically) every N steps and at the end (0 = never)
+    ckpt_every_n_steps: int = 250
     progress: str = "auto"  # auto (a rich bar on a terminal, quiet under CI) | on | off
 
 

@@ -51,7 +51,8 @@ def resolve_device(name: str) -> torch.device:
 
 def build_job(cfg: TrainConfig, output_dir: Path, group: str | None = None) -> Job:
     """Everything one run needs, from its typed config."""
-    from gradlab.app.module import GradLabModule, InterruptCheckpoint
+    from gradlab.app.checkpoints import LAST, identity, resume_step
+    from gradlab.app.module import GradLabModule, InterruptCheckpoint, PeriodicCheckpoint
     from gradlab.training.optim import build_optimizer
 
     # 1. where and in what precision
@@ -77,11 +78,12 @@ def build_job(cfg: TrainConfig, output_dir: Path, group: str | None = None) -> J
     o = cfg.optimizer
     options = {k: v for k, v in dataclasses.asdict(o).items() if k != "name"}
     module = GradLabModule(
-        runner, sink, lambda params: build_optimizer(o.name, params, **options), cfg.seed
+        runner, sink, lambda p: build_optimizer(o.name, p, **options), cfg.seed, identity(cfg)
     )
     interrupt = InterruptCheckpoint(output_dir / "checkpoints" / "interrupted.ckpt")
-    trainer = _trainer(cfg, device, output_dir, [interrupt], wandb_logger)
-    batches = StepBatches(data, _start_step(cfg), t.inner_steps, _event_every(cfg))
+    periodic = PeriodicCheckpoint(output_dir / "checkpoints" / LAST, t.ckpt_every_n_steps)
+    trainer = _trainer(cfg, device, output_dir, [interrupt, periodic], wandb_logger)
+    batches = StepBatches(data, resume_step(cfg), t.inner_steps, _event_every(cfg))
     parts = (model, data, state, runner, sink, module, trainer, batches, interrupt, wandb_logger)
     return Job(cfg, device, *parts)
 
@@ -208,6 +210,7 @@ def _loggers(cfg: TrainConfig, output_dir: Path, runner: StepRunner, group: str 
 
 def _trainer(cfg: TrainConfig, device, output_dir: Path, callbacks: list, wandb_logger):
     import lightning as L
+    from lightning.pytorch.plugins.environments import LightningEnvironment
 
     from gradlab.app.console import progress_wanted, quiet_lightning
 
@@ -231,21 +234,15 @@ def _trainer(cfg: TrainConfig, device, output_dir: Path, callbacks: list, wandb_
         log_every_n_steps=cfg.trainer.log_every_n_steps,
         callbacks=callbacks,
         default_root_dir=str(output_dir),
+        # one process on one device: no cluster environment, so inside a SLURM job Lightning
+        # neither detects SLURMEnvironment nor installs its own requeue (gradlab.app.slurmjob)
+        plugins=[LightningEnvironment()],
     )
-
-
-def _start_step(cfg: TrainConfig) -> int:
-    """0, or the global step of the checkpoint the run resumes from."""
-    if not cfg.ckpt_path:
-        return 0
-    if not Path(cfg.ckpt_path).is_file():
-        raise RunFailed(f"ckpt_path={cfg.ckpt_path} does not exist")
-    return int(torch.load(cfg.ckpt_path, map_location="cpu", weights_only=False)["global_step"])
 
 
 def _event_every(cfg: TrainConfig) -> int:
     """The period of the steps that run more than a gradient: checks, hand-over to the
-    loggers, the memory probe. Step groups end on its multiples."""
+    loggers, the memory probe, the periodic checkpoint. Step groups end on its multiples."""
     periods = [cfg.trainer.flush_every_n_steps, cfg.check.directional_every]
-    periods += [cfg.check.full_every, cfg.trainer.mem_every]
+    periods += [cfg.check.full_every, cfg.trainer.mem_every, cfg.trainer.ckpt_every_n_steps]
     return math.gcd(*[p for p in periods if p])

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from gradlab.app import slurmjob
 from gradlab.app.config import ConfigError
 from gradlab.app.job import Job, RunFailed, build_job, describe
 from gradlab.app.signals import RunSignals, Terminated
@@ -39,21 +40,27 @@ def started(cfg: DictConfig, output_dir: Path) -> RunSummary:
         seed=get("seed"),
         data=get("data.name"),
         output_dir=str(output_dir),
+        job_id=slurmjob.job_id(),
+        job_restarts=slurmjob.restarts(),
     )
 
 
 def train(cfg: DictConfig, output_dir: Path, group: str | None = None) -> RunSummary:
-    """Train one job; returns its summary (summary.json's content)."""
+    """Train one job; returns its summary (summary.json's content). A SLURM job that SLURM
+    started again resumes from its own dir's checkpoint (gradlab.app.slurmjob)."""
     t_start = time.perf_counter()
     output_dir.mkdir(parents=True, exist_ok=True)
-    if (output_dir / "summary.json").exists():
-        raise RunFailed(f"{output_dir} already holds a run (summary.json); choose a new output dir")
+    restart = slurmjob.claim(output_dir)  # RunFailed if the dir holds another run
     summary = started(cfg, output_dir)
     write_summary(output_dir / "summary.json", summary)
     job = None
-    with RunSignals() as signals:
+    with RunSignals(slurmjob.requeue_signal()) as signals:
         try:
-            job = build_job(validate(cfg), output_dir, group)
+            typed = validate(cfg)
+            if restart is not None and restart.checkpoint is not None:
+                typed.ckpt_path = str(restart.checkpoint)
+            summary.update(resumed_from=typed.ckpt_path)
+            job = build_job(typed, output_dir, group)
             summary.update(device=str(job.device), **describe(job.cfg, job.model))
             with signals.fitting(job.module):
                 job.trainer.fit(job.module, job.batches, ckpt_path=job.cfg.ckpt_path)

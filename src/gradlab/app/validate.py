@@ -67,7 +67,7 @@ def validate(cfg: DictConfig | TrainConfig) -> TrainConfig:
     t = cfg.trainer
     for key in ("max_steps", "inner_steps", "log_every_n_steps", "flush_every_n_steps"):
         _at_least(f"trainer.{key}", getattr(t, key), 1)
-    for key in ("mem_every", "val_every_n_steps"):
+    for key in ("mem_every", "val_every_n_steps", "ckpt_every_n_steps"):
         _at_least(f"trainer.{key}", getattr(t, key), 0)
     _allowed("trainer.progress", t.progress, ("auto", "on", "off"))
     _allowed("dtype", cfg.dtype, DTYPES)

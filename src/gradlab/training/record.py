@@ -36,7 +36,10 @@ class RunSummary:
     status: str = "running"
     reason: str = ""
     output_dir: str | None = None
-    checkpoint: str | None = None
+    checkpoint: str | None = None  # saved on an interruption, to resume from
+    resumed_from: str | None = None  # the checkpoint this run started from
+    job_id: str | None = None  # the batch scheduler's job id (SLURM: array_task), if any
+    job_restarts: int | None = None  # how often the scheduler had restarted that job
     wandb_dir: str | None = None
     wandb_sync: str | None = None
     elapsed_s: float | None = None
