@@ -32,7 +32,8 @@ from gradlab.measure.timing import (
     method_cases,
     round_robin_medians,
 )
-from gradlab.models import MLP, MODELS, build_model
+from gradlab.models import MLP, build_model
+from gradlab.models import MLPS as MODELS  # the MLPs: the methods written for them all
 
 CHECKS = ("check_loop", "check_full", "check_directional")
 # The targets these figures are held to: numerator method / denominator method, both in dtype,

@@ -22,7 +22,8 @@ import torch
 from gradlab.grads import METHODS
 from gradlab.grads.compiled import compile_error, compiled
 from gradlab.measure import timing
-from gradlab.models import MODELS, build_model
+from gradlab.models import MLPS as MODELS
+from gradlab.models import build_model
 from gradlab.studies.results import write_results
 
 HERE = Path(__file__).resolve().parent

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from gradlab.measure import timing
-from gradlab.models import MODELS
+from gradlab.models import MLPS as MODELS
 from gradlab.studies.results import write_results
 
 HERE = Path(__file__).resolve().parent

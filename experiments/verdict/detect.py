@@ -27,13 +27,13 @@ import torch
 from gradlab.app.cli import compose
 from gradlab.app.run import train
 from gradlab.check import check_gradient
+from gradlab.data import make_dataset
 from gradlab.losses import mse_loss
 from gradlab.measure.timing import environment
 from gradlab.models import build_model
 from gradlab.studies import defects
 from gradlab.studies.results import write_results
 from gradlab.training import metrics as m
-from gradlab.data import make_dataset
 from gradlab.training.record import read_metrics
 
 HERE = Path(__file__).resolve().parent
