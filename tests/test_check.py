@@ -306,3 +306,19 @@ def test_float32_method_on_the_other_side_of_a_kink_is_not_a_mismatch(make_batch
     for mode in MODES:
         r = _check(model, x, y, grads, mode)
         assert r.passed and r.excluded > 0, r
+
+
+@pytest.mark.parametrize("make", ["global_directions", "tensor_directions"])
+def test_dense_and_rank1_projections_agree(make, monkeypatch):
+    from gradlab import fd
+    from gradlab.check import directions
+
+    model = three_layer_relu(seed=0, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(20, 4, generator=gen).double(), torch.randn(20, 1, generator=gen).double()
+    point = fd.evaluation_point(model, x, y, torch.float64)
+    g = torch.randn(point.theta.numel(), generator=gen, dtype=torch.float64)
+    dense = getattr(directions, make)(point, 4, torch.Generator().manual_seed(1)).project(g)
+    monkeypatch.setattr(directions, "DENSE_MAX", 0)  # the rank-1 products, as for a large net
+    rank1 = getattr(directions, make)(point, 4, torch.Generator().manual_seed(1)).project(g)
+    torch.testing.assert_close(dense, rank1, rtol=1e-13, atol=1e-15)
