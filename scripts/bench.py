@@ -12,8 +12,8 @@ Every figure comes from one run of `measure()` on one machine:
 - grad_ms_logged_vs_standalone: median logged time/grad_ms of the default run divided by the
   standalone benchmark (gradlab.measure.timing) of the same method, model, dtype and thread count;
 - check_overhead_ratio: per-step cost of the default checks (the schema's cadence, amortized:
-  directional every 10 steps, full every 100 standing for that step's directional one), each
-  the whole verdict (float64 re-run, differences, precision), divided by the gradient
+  by default directional every 20 steps, full every 200 standing for that step's directional
+  one), each the whole verdict (float64 re-run, differences, precision), divided by the gradient
   computation itself, all three timed standalone on the default run's model, data and dtype.
 """
 

@@ -388,8 +388,8 @@ def render_training(runs: list[dict]) -> str:
         )
     foot = (
         f"`{runs[0]['command']} hydra.run.dir=<tmp>` (and grad=autograd), cwd the repository "
-        "root, CI=true WANDB_MODE=disabled; the default checks (directional every 10 steps, "
-        "full every 100). Wall: the whole command, process start included."
+        "root, CI=true WANDB_MODE=disabled; the default checks (directional every 20 steps, "
+        "full every 200). Wall: the whole command, process start included."
     )
     return "\n".join([*lines, "", foot, "", text])
 

@@ -4,8 +4,8 @@
 
 Each defect of gradlab.studies.defects (on the output bias, the smallest tensor, unless it
 needs another) trains through gradlab's own training for --steps steps in float32 and in
-float64, with the default checks (a full check at step 0 and every 100, a directional one every
-10) and with directional checks only; a defect is flagged by the first check that fails the
+float64, with the default checks (a full check at step 0 and every 200, a directional one every
+20) and with directional checks only; a defect is flagged by the first check that fails the
 math or finds a precision problem. Beside that, on the first batch: torch.autograd.gradcheck in
 float64 (its default tolerances, the method's gradient as the backward) and a fixed-tolerance
 float32 check (the float32 gradient against float64 differences at 1e-2, gradlab's former

@@ -6,12 +6,12 @@ For each width, on the default run's data (100 samples, full batch) and method (
 float32): the gradient's time, one directional and one full check's (the whole verdict: the
 float64 re-run, the differences, the precision; the full one within its budget of
 check.full_max_gradients gradients), timed standalone (warm medians), and from them the default
-cadence's cost per step in gradients (a full check every 100 steps standing for that step's
-directional one, a directional check every 10). Then the real command, `python src/train.py
-model.hidden=W trainer.max_steps=STEPS logger=csv`, with the default checks and with
-check=none: wall time of each and the checks' time over the gradients' time as the run itself
-logged it (summary.json's check_time_ratio); and the issue's run at hidden 1024 with batch 256.
-Writes scale.json, scale.md and the README's scale section.
+cadence's cost per step in gradients (a full check every full_every steps standing for that
+step's directional one, a directional check every directional_every). Then the real command,
+`python src/train.py model.hidden=W trainer.max_steps=STEPS logger=csv`, with the default checks
+and with check=none: wall time of each and the checks' time over the gradients' time as the run
+itself logged it (summary.json's check_time_ratio); and the issue's run at hidden 1024 with
+batch 256. Writes scale.json, scale.md and the README's scale section.
 """
 
 from __future__ import annotations

@@ -112,7 +112,9 @@ def _sampled(point, h_vec, max_bytes, budget_s, generator, progress) -> Referenc
         offset = (t % 2) * point.layers[layer][0].numel()
         perm = torch.randperm(shape.numel(), generator=generator)
         order.append((layer, point.spans[layer][0], offset, perm))
-    rows, values, flags, kinks, done, chunk = [], [], [], 0, 0, 64
+    # a few coordinates of each tensor first, so the first round (which always runs) stays
+    # within a small budget; then twice as many each round
+    rows, values, flags, kinks, done, chunk = [], [], [], 0, 0, 8
     while any(len(p) for *_, p in order):
         for i, (layer, a, offset, perm) in enumerate(order):
             if not len(perm):

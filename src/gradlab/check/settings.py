@@ -10,8 +10,8 @@ class CheckSettings:
     """How often a training run's checks run (0 = never) and how they judge (gradlab.check);
     also the config schema of `check`, so every default is here."""
 
-    directional_every: int = 10  # directional check every N steps (0 = never)
-    full_every: int = 100  # full check every N steps (0 = never); it stands for the directional
+    directional_every: int = 20  # directional check every N steps (0 = never)
+    full_every: int = 200  # full check every N steps (0 = never); it stands for the directional
     k: int = 4  # random directions per directional check (per tensor with per_tensor), >= 1
     # directional: k directions per parameter tensor on every check (T times the work, errors per
     # tensor each time) instead of k global ones that escalate to per-tensor only on a failure
