@@ -87,7 +87,7 @@ def test_smoke_run_per_model_and_method(tmp_path, model, grad):
         f"dtype={dtype}",
         "trainer.max_steps=30",
         "optimizer.lr=0.1",
-        "check.directional_every=1",  # every step checked (the default checks one in ten)
+        "check.directional_every=1",  # every step checked (the default checks one in twenty)
         "check.full_every=10",
         "trainer.mem_every=10",
     )

@@ -109,7 +109,7 @@ def test_a_custom_model_on_digits_trains_checks_and_reports_validation(tmp_path)
     env = {"PYTHONPATH": str(ROOT / "tests")}
     args = ["model=custom", "model.target=usermodels.build", "model.kwargs={d_in: 64, d_out: 10}"]
     args += ["data=digits", "grad=autograd", "trainer.max_steps=40", "trainer.val_every_n_steps=20"]
-    args += ["logger=csv", f"hydra.run.dir={tmp_path / 'run'}"]
+    args += ["check.directional_every=10", "logger=csv", f"hydra.run.dir={tmp_path / 'run'}"]
     result = run_cli(*args, cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr
     s = summary(tmp_path / "run")
