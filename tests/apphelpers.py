@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from gradlab.app.cli import compose
 from gradlab.training.record import RunSummary, read_summary
@@ -16,8 +20,28 @@ CONF = ROOT / "conf"
 TRAIN = ROOT / "src" / "train.py"
 
 
+def fast_first(cases: list, n: int = 2) -> list:
+    """Parametrize cases with the first n in the fast suite and the rest marked slow: `make
+    test` tries each kind of case, `make test-full` all of them."""
+    slow = pytest.mark.slow
+    return [
+        c
+        if i < n
+        else pytest.param(*c, marks=slow)
+        if isinstance(c, tuple)
+        else pytest.param(c, marks=slow)
+        for i, c in enumerate(cases)
+    ]
+
+
 def compose_cfg(*overrides: str):
-    """The composed train config (no run), as `python src/train.py OVERRIDES` would see it."""
+    """The composed train config (no run), as `python src/train.py OVERRIDES` would see it: a
+    copy of the one composition per override list (Hydra takes a fair fraction of a second)."""
+    return copy.deepcopy(_composed(overrides))
+
+
+@functools.cache
+def _composed(overrides: tuple[str, ...]):
     return compose(CONF, list(overrides))
 
 

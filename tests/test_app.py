@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from apphelpers import CONF, compose_cfg, run_cli, summary, wandb_history
+from apphelpers import CONF, compose_cfg, fast_first, run_cli, summary, wandb_history
 from gradlab.app.config import ConfigError
 from gradlab.app.run import train
 from gradlab.app.validate import validate
@@ -23,6 +23,22 @@ GRADS = sorted(p.stem for p in (CONF / "grad").glob("*.yaml") if p.stem != "cust
 OPTIMIZERS = sorted(p.stem for p in (CONF / "optimizer").glob("*.yaml"))
 
 
+def _each_choice_once() -> list[tuple[str, str, str]]:
+    """Every model, grad and optimizer choice at least once, in as few combinations."""
+    n = max(len(MODELS), len(GRADS), len(OPTIMIZERS))
+    return [
+        (MODELS[i % len(MODELS)], GRADS[i % len(GRADS)], OPTIMIZERS[i % len(OPTIMIZERS)])
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("model,grad,optimizer", _each_choice_once())
+def test_each_model_grad_and_optimizer_choice_composes(model, grad, optimizer):
+    cfg = validate(compose_cfg(f"model={model}", f"grad={grad}", f"optimizer={optimizer}"))
+    assert (cfg.model.name, cfg.grad.name, cfg.optimizer.name) == (model, grad, optimizer)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("model,grad,optimizer", itertools.product(MODELS, GRADS, OPTIMIZERS))
 def test_every_combination_composes_and_validates(model, grad, optimizer):
     cfg = compose_cfg(f"model={model}", f"grad={grad}", f"optimizer={optimizer}")
@@ -31,7 +47,7 @@ def test_every_combination_composes_and_validates(model, grad, optimizer):
     assert cfg.run_name == f"{model}-{grad}-{optimizer}-s0"
 
 
-@pytest.mark.parametrize("group", ["data", "check", "logger", "experiment"])
+@pytest.mark.parametrize("group", fast_first(["data", "check", "logger", "experiment"]))
 def test_every_choice_of_other_groups_composes(group):
     choices = sorted(p.stem for p in (CONF / group).glob("*.yaml"))
     assert choices
@@ -51,16 +67,19 @@ def test_every_device_composes(device):
 
 @pytest.mark.parametrize(
     "override,message",
-    [
-        ("optimizer.lr=-1", "optimizer.lr"),
-        ("model.hidden=0", "model.hidden"),
-        ("grad.method=nope", "grad.method"),
-        ("dtype=float16", "dtype"),
-        ("data.batch_size=0", "data.batch_size"),
-        ("check.k=0", "check.k"),
-        ("trainer.inner_steps=0", "trainer.inner_steps"),
-        ("trainer.flush_every_n_steps=0", "trainer.flush_every_n_steps"),
-    ],
+    fast_first(
+        [
+            ("optimizer.lr=-1", "optimizer.lr"),
+            ("model.hidden=0", "model.hidden"),
+            ("grad.method=nope", "grad.method"),
+            ("dtype=float16", "dtype"),
+            ("data.batch_size=0", "data.batch_size"),
+            ("check.k=0", "check.k"),
+            ("trainer.inner_steps=0", "trainer.inner_steps"),
+            ("trainer.flush_every_n_steps=0", "trainer.flush_every_n_steps"),
+        ],
+        n=3,
+    ),
 )
 def test_invalid_values_name_the_key(override, message):
     with pytest.raises(ConfigError, match=message) as info:

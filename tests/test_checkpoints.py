@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from apphelpers import CONF, TRAIN, compose_cfg, run_cli, summary
+from apphelpers import CONF, TRAIN, compose_cfg, fast_first, run_cli, summary
 from gradlab.app import checkpoints, cli, slurmjob
 from gradlab.app.job import RunFailed, _event_every
 from gradlab.app.run import train
@@ -30,6 +30,7 @@ def _losses(run_dir: Path, start: int = 0) -> torch.Tensor:
     return torch.tensor([r["train/loss"] for r in rows[start:]], dtype=torch.float64)
 
 
+@pytest.mark.slow
 def test_last_ckpt_after_every_nth_step_at_group_ends_and_at_the_end(tmp_path, monkeypatch):
     saved = []
     save = checkpoints.save
@@ -143,15 +144,17 @@ def _precheck(capsys, *args: str) -> str:
 
 @pytest.mark.parametrize(
     "overrides,keys",
-    [
-        (["model.hidden=32"], ["model.hidden"]),
-        (["dtype=float64"], ["dtype"]),
-        (["grad=autograd"], ["grad.method"]),
-        (["optimizer=adam"], ["optimizer.name"]),
-        (["model.d_in=3", "model.hidden=8"], ["model.d_in", "model.hidden"]),
-        (["loss=cross_entropy", "model.d_out=3"], ["model.d_out", "loss"]),
-        (["data=diabetes", "model.d_in=10"], ["model.d_in", "data.name"]),
-    ],
+    fast_first(
+        [
+            (["model.hidden=32"], ["model.hidden"]),
+            (["dtype=float64"], ["dtype"]),
+            (["grad=autograd"], ["grad.method"]),
+            (["optimizer=adam"], ["optimizer.name"]),
+            (["model.d_in=3", "model.hidden=8"], ["model.d_in", "model.hidden"]),
+            (["loss=cross_entropy", "model.d_out=3"], ["model.d_out", "loss"]),
+            (["data=diabetes", "model.d_in=10"], ["model.d_in", "data.name"]),
+        ]
+    ),
 )
 def test_a_checkpoint_of_another_kind_of_run_names_the_keys(capsys, saved_ckpt, overrides, keys):
     line = _precheck(capsys, f"ckpt_path={saved_ckpt}", *overrides)
@@ -181,7 +184,10 @@ def test_loss_is_part_of_the_identity(saved_ckpt, tmp_path):
         checkpoints.resume_step(cfg)
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "not_lightning", "no_record"])
+@pytest.mark.parametrize(
+    "damage",
+    fast_first(["truncated", "garbage", "empty", "not_lightning", "no_record"]),
+)
 def test_a_broken_checkpoint_is_one_line(capsys, saved_ckpt, tmp_path, damage):
     raw, path = saved_ckpt.read_bytes(), tmp_path / f"{damage}.ckpt"
     if damage == "not_lightning":

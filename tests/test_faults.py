@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from apphelpers import TRAIN, compose_cfg, run_cli, summary
+from apphelpers import TRAIN, compose_cfg, fast_first, run_cli, summary
 from gradlab.app.run import train
 from gradlab.training.record import read_metrics
 
@@ -149,13 +149,15 @@ def test_divergent_job_does_not_stop_the_sweep(tmp_path):
 
 @pytest.mark.parametrize(
     "method,param,what",
-    [
-        ("raises", None, "raised: RuntimeError"),
-        ("missing_bias", "layer1.bias", "is missing"),
-        ("wrong_shape", "layer1.weight", "has shape"),
-        ("wrong_dtype", "layer1.weight", "torch.float16"),
-        ("not_a_dict", None, "expected a dict"),
-    ],
+    fast_first(
+        [
+            ("raises", None, "raised: RuntimeError"),
+            ("missing_bias", "layer1.bias", "is missing"),
+            ("wrong_shape", "layer1.weight", "has shape"),
+            ("wrong_dtype", "layer1.weight", "torch.float16"),
+            ("not_a_dict", None, "expected a dict"),
+        ]
+    ),
 )
 def test_broken_user_method_names_method_and_parameter(tmp_path, monkeypatch, method, param, what):
     monkeypatch.syspath_prepend(str(TESTS))

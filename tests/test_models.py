@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from apphelpers import CONF, ROOT, run_cli, summary
+from apphelpers import CONF, ROOT, fast_first, run_cli, summary
 from gradlab.app.cli import precheck
 from gradlab.data import make_dataset
 from gradlab.grads import for_model
@@ -20,19 +20,25 @@ CUSTOM = ["model=custom", "grad=autograd", "data.d_in=4", "data.d_out=1"]
 
 @pytest.mark.parametrize(
     "overrides,message",
-    [
-        (["model.target=usermodels.nope"], "model.target=usermodels.nope: usermodels has no"),
-        (["model.target=no_such_pkg.build"], "cannot import no_such_pkg"),
-        (["model.target=usermodels.NOT_CALLABLE"], "not callable"),
-        (["model.target=usermodels.not_a_module"], "not a torch.nn.Module"),
-        (["model.target=usermodels.NoParameters"], "a module without parameters"),
-        (["model.target=usermodels.raises"], "raised RuntimeError: the user's factory failed"),
-        (["model.target=usermodels.build", "model.kwargs={depth: 2}"], "model.kwargs=.*rejects"),
-        (["model.target=usermodels.build", "data.d_in=5"], "a trial forward of x \\(2, 5\\)"),
-        (["model.target=usermodels.build", "data.d_out=3"], "gives output \\(2, 1\\)"),
-        (["model.target=usermodels.build", "grad=manual"], "grad.method=manual is written for"),
-        (["model.target=usermodels.build", "grad=tape"], "cannot handle the model Sequential"),
-    ],
+    fast_first(
+        [
+            (["model.target=usermodels.nope"], "model.target=usermodels.nope: usermodels has no"),
+            (["model.target=no_such_pkg.build"], "cannot import no_such_pkg"),
+            (["model.target=usermodels.NOT_CALLABLE"], "not callable"),
+            (["model.target=usermodels.not_a_module"], "not a torch.nn.Module"),
+            (["model.target=usermodels.NoParameters"], "a module without parameters"),
+            (["model.target=usermodels.raises"], "raised RuntimeError: the user's factory failed"),
+            (
+                ["model.target=usermodels.build", "model.kwargs={depth: 2}"],
+                "model.kwargs=.*rejects",
+            ),
+            (["model.target=usermodels.build", "data.d_in=5"], "a trial forward of x \\(2, 5\\)"),
+            (["model.target=usermodels.build", "data.d_out=3"], "gives output \\(2, 1\\)"),
+            (["model.target=usermodels.build", "grad=manual"], "grad.method=manual is written for"),
+            (["model.target=usermodels.build", "grad=tape"], "cannot handle the model Sequential"),
+        ],
+        n=3,
+    ),
 )
 def test_a_model_that_cannot_train_is_refused_in_one_line(overrides, message, capsys):
     with pytest.raises(SystemExit) as info:
@@ -45,17 +51,20 @@ def test_a_model_that_cannot_train_is_refused_in_one_line(overrides, message, ca
 
 @pytest.mark.parametrize(
     "overrides,message",
-    [
-        (["model=custom", "model.target=usermodels.build"], "needs data.d_in and data.d_out"),
-        (["data=digits"], "data=digits \\(loss=cross_entropy\\) needs model.d_in=64"),
-        (["data=digits", "data.layout=image", "model.d_in=64", "model.d_out=10"], "flat"),
-        (["data=diabetes", "loss=cross_entropy"], "data=diabetes has a real target"),
-        (["data=xor", "model=two_layer_sigmoid", "loss=cross_entropy"], "model.d_out=2"),
-        (["data=regression", "loss=cross_entropy"], "d_out >= 2"),
-        (["data=digits", "data.val_fraction=1.0"], "data.val_fraction=1.0 must be in"),
-        (["loss=hinge"], "loss='hinge' is not allowed"),
-        (["data=xor", "data.noise=0.1"], "Key 'noise' not in 'XorConfig'"),
-    ],
+    fast_first(
+        [
+            (["model=custom", "model.target=usermodels.build"], "needs data.d_in and data.d_out"),
+            (["data=digits"], "data=digits \\(loss=cross_entropy\\) needs model.d_in=64"),
+            (["data=digits", "data.layout=image", "model.d_in=64", "model.d_out=10"], "flat"),
+            (["data=diabetes", "loss=cross_entropy"], "data=diabetes has a real target"),
+            (["data=xor", "model=two_layer_sigmoid", "loss=cross_entropy"], "model.d_out=2"),
+            (["data=regression", "loss=cross_entropy"], "d_out >= 2"),
+            (["data=digits", "data.val_fraction=1.0"], "data.val_fraction=1.0 must be in"),
+            (["loss=hinge"], "loss='hinge' is not allowed"),
+            (["data=xor", "data.noise=0.1"], "Key 'noise' not in 'XorConfig'"),
+        ],
+        n=3,
+    ),
 )
 def test_data_and_loss_that_do_not_fit_are_refused_in_one_line(overrides, message, capsys):
     with pytest.raises(SystemExit):
@@ -64,6 +73,7 @@ def test_data_and_loss_that_do_not_fit_are_refused_in_one_line(overrides, messag
     assert err.count("\n") == 1 and __import__("re").search(message, err), err
 
 
+@pytest.mark.slow
 def test_refused_on_the_command_line_writes_nothing(tmp_path):
     env = {"PYTHONPATH": str(ROOT / "tests")}
     args = [*CUSTOM, "model.target=usermodels.not_a_module", "logger=csv"]
@@ -78,6 +88,7 @@ def test_the_method_for_a_model_is_the_one_written_for_it():
         for_model("fused", build())
 
 
+@pytest.mark.slow
 def test_digits_is_standardized_split_the_same_way_for_every_seed():
     a = make_dataset("digits", seed=0, dtype=torch.float64)
     b = make_dataset("digits", seed=5, dtype=torch.float64, layout="image")

@@ -158,6 +158,7 @@ def handmade(tmp_path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_failed_diverged_and_seeds(handmade, tmp_path):
     written = write.write_report([handmade], tmp_path / "out")
     assert {p.name for p in written} >= {"report.md", "report.csv", "report.html", "loss.png"}
