@@ -38,7 +38,7 @@ from gradlab.training.record import read_metrics
 
 HERE = Path(__file__).resolve().parent
 CONF = HERE.parents[1] / "conf"
-SIZES = (1.0, 1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7)
+SIZES = (1.0, 1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8)
 CADENCES = {"default": [], "directional": ["check.full_every=0"]}
 
 

@@ -1,6 +1,6 @@
-"""What the checks cost as the net grows: three_layer_relu at widths 16 to 4096.
+"""What the checks cost as the net grows: three_layer_relu at widths 4 to 4096.
 
-    python experiments/verdict/scale.py [--widths 16 64 256 1024 4096] [--steps 200]
+    python experiments/verdict/scale.py [--widths 4 16 64 256 1024 4096] [--steps 200]
 
 For each width, on the default run's data (100 samples, full batch) and method (manual,
 float32): the gradient's time, one directional and one full check's (the whole verdict: the
@@ -125,8 +125,7 @@ def table(result: dict) -> str:
     env = result["env"]
     lines += [
         "",
-        f"`python src/train.py {i['run']} trainer.max_steps={result['steps']} "
-        f"logger=csv`: {i['checked_s']:.1f} s with the default checks, "
+        f"`python src/train.py {i['run']} logger=csv`: {i['checked_s']:.1f} s with the default checks, "
         f"{i['check_none_s']:.1f} s with check=none ({i['wall_ratio']:.2f}x; the checks "
         f"logged {i['logged_check_time_ratio']:.2f}x the gradients' time).",
         "",
@@ -139,7 +138,7 @@ def table(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--widths", type=int, nargs="+", default=[16, 64, 256, 1024, 4096])
+    parser.add_argument("--widths", type=int, nargs="+", default=[4, 16, 64, 256, 1024, 4096])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--out-dir", type=Path, default=HERE)
     parser.add_argument("--no-write", action="store_true")
