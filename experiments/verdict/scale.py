@@ -125,7 +125,8 @@ def table(result: dict) -> str:
     env = result["env"]
     lines += [
         "",
-        f"`python src/train.py {i['run']} logger=csv`: {i['checked_s']:.1f} s with the default checks, "
+        f"`python src/train.py {i['run']} logger=csv`: {i['checked_s']:.1f} s with the "
+        "default checks, "
         f"{i['check_none_s']:.1f} s with check=none ({i['wall_ratio']:.2f}x; the checks "
         f"logged {i['logged_check_time_ratio']:.2f}x the gradients' time).",
         "",

@@ -4,11 +4,11 @@
 
 Every built-in method on both models, with sgd, adam and gd, in float32 and float64, over
 several seeds, each run checked at every step (directional; a full check every 50 steps); then
-long runs down to a loss below 1e-6 (checked every 10 steps), and ReLU runs with a step large
-enough to straddle kinks. Each run goes through gradlab's own training (gradlab.app.run.train)
-and its metrics.csv is read back: a checked step fails when its math error exceeds MATH_TOL,
-it is a precision finding when the measured ratio exceeds PRECISION_FACTOR. Writes results.json
-and soak.md here and the README's soak section.
+long runs down to a loss below 1e-6 (the default checks: directional every 20 steps), and ReLU
+runs with a step large enough to straddle kinks. Each run goes through gradlab's own training
+(gradlab.app.run.train) and its metrics.csv is read back: a checked step fails when its math
+error exceeds MATH_TOL, it is a precision finding when the measured ratio exceeds
+PRECISION_FACTOR. Writes soak.json and soak.md here and the README's soak section.
 """
 
 from __future__ import annotations
