@@ -48,6 +48,7 @@ def test_last_ckpt_after_every_nth_step_at_group_ends_and_at_the_end(tmp_path, m
     assert not list((tmp_path / "checkpoints").glob(".*.tmp"))
 
 
+@pytest.mark.slow
 def test_checkpoint_steps_end_step_groups():
     t = "trainer"
     base = [f"{t}.flush_every_n_steps=50", f"{t}.mem_every=0", "check=none"]
@@ -55,6 +56,7 @@ def test_checkpoint_steps_end_step_groups():
     assert _event_every(validate(compose_cfg(*base, f"{t}.ckpt_every_n_steps=0"))) == 50
 
 
+@pytest.mark.slow
 def test_a_diverged_run_saves_no_final_checkpoint(tmp_path):
     cfg = compose_cfg(*QUICK, "optimizer.lr=1e6", "trainer.max_steps=200")
     result = train(cfg, tmp_path)
@@ -163,6 +165,7 @@ def test_a_checkpoint_of_another_kind_of_run_names_the_keys(capsys, saved_ckpt, 
     assert named == keys
 
 
+@pytest.mark.slow
 def test_every_key_of_a_models_option_is_part_of_the_identity():
     custom = ["model=custom", "model.target=usermodels.build", "data.d_in=4", "data.d_out=1"]
     a = checkpoints.identity(validate(compose_cfg(*custom, "model.kwargs={width: 8}")))

@@ -57,6 +57,7 @@ def _panels(spec: dict) -> dict[str, list[dict]]:
     return {s["name"]: s["panels"] for s in sections}
 
 
+@pytest.mark.slow
 def test_dry_run_spec_sections_panels_grouping_filter(offline, capsys):
     spec = _spec(capsys, "--model", "three_layer_relu", "--project", "p")
     assert (spec["entity"], spec["project"]) == ("<your-entity>", "p")

@@ -206,6 +206,7 @@ def test_cli_without_runs_exits_2(tmp_path):
     assert r.returncode == 2 and "no runs" in r.stderr
 
 
+@pytest.mark.slow
 def test_summary_figures_win_over_sparse_csv(tmp_path):
     # trainer.log_every_n_steps > 1: metrics.csv misses the step whose check was worst and the
     # step memory was measured at; summary.json (fed every step) has them
