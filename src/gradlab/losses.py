@@ -13,8 +13,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-LOSSES = ("mse", "cross_entropy")
-
 
 def mse_loss(y_hat: Tensor, y: Tensor) -> Tensor:
     """Mean squared error over every element."""
@@ -24,11 +22,6 @@ def mse_loss(y_hat: Tensor, y: Tensor) -> Tensor:
 def cross_entropy_loss(logits: Tensor, labels: Tensor) -> Tensor:
     """Softmax cross-entropy with integer class labels, the mean over the batch."""
     return F.cross_entropy(logits, labels)
-
-
-def loss_name(target: Tensor) -> str:
-    """The loss a batch's targets ask for: integer labels -> cross_entropy, else mse."""
-    return "mse" if target.is_floating_point() else "cross_entropy"
 
 
 def loss(prediction: Tensor, target: Tensor) -> Tensor:

@@ -11,7 +11,10 @@ import torch
 from gradlab.check.directions import unit_directions
 from gradlab.check.reference import Reference
 from gradlab.check.result import FLOOR
+from gradlab.fd.function import coordinate_steps, plain_steps
 from gradlab.fd.generic import GenericPoint, default_h, differences
+
+MAX_ROWS = 256  # coordinates differenced together at most (each row holds n float64 values)
 
 
 def directional(point: GenericPoint, k: int, h: float | None, generator, per_tensor: bool):
@@ -19,7 +22,7 @@ def directional(point: GenericPoint, k: int, h: float | None, generator, per_ten
     sizes = tuple(shape.numel() for shape in point.shapes.values())
     if per_tensor:
         rows = unit_directions(sizes, k, generator)
-        tensor_of = torch.arange(len(sizes)).repeat_interleave(k)
+        tensor_of = torch.arange(len(sizes), device=point.theta.device).repeat_interleave(k)
     else:
         rows, tensor_of = unit_directions((sum(sizes),), k, generator), None
     rows = rows.to(point.theta.device)
@@ -39,17 +42,20 @@ def full(point: GenericPoint, h: float | None, budget_s=None, generator=None, pr
     sizes = [shape.numel() for shape in point.shapes.values()]
     starts = torch.tensor([0, *sizes]).cumsum(0)[:-1].tolist()
     order = [torch.randperm(size, generator=generator) + a for size, a in zip(sizes, starts)]
-    parts, done, chunk = [], 0, 4 if budget_s is not None else n  # a budget: a few each first
+    steps = coordinate_steps(plain_steps(point.theta, h))
+    parts, done = [], 0
+    chunk = 4 if budget_s is not None else MAX_ROWS  # a budget: a few of each tensor first
     while any(len(o) for o in order):
         for i, o in enumerate(order):
             if len(o):
-                parts.append((o[:chunk], *_coordinates(point, o[:chunk], h)))
-                order[i], done = o[chunk:], done + len(o[:chunk])
+                rows = o[:chunk]
+                parts.append((rows, *differences(point, steps(rows.to(point.theta.device)))))
+                order[i], done = o[chunk:], done + len(rows)
                 if progress is not None:
                     progress(done, n)
         if budget_s is not None and time.perf_counter() - start > budget_s:
             break
-        chunk *= 2
+        chunk = min(2 * chunk, MAX_ROWS)
     rows, values, error = (torch.cat([part[i] for part in parts]) for i in range(3))
     masks = [part[3] for part in parts]
     excluded = None
@@ -68,16 +74,6 @@ def full(point: GenericPoint, h: float | None, budget_s=None, generator=None, pr
     return ref
 
 
-def _coordinates(point: GenericPoint, rows: torch.Tensor, h: float):
-    """Differences along coordinates `rows`, steps h * max(1, |theta_i|)."""
-    rows = rows.to(point.theta.device)
-    steps = torch.zeros(
-        len(rows), point.theta.numel(), dtype=torch.float64, device=point.theta.device
-    )
-    steps[torch.arange(len(rows)), rows] = h * point.theta[rows].abs().clamp(min=1.0)
-    return differences(point, steps)
-
-
 def _floor(values, error, excluded, tensor_of) -> float:
     """The relative accuracy of the rows compared, in the norms the comparison uses: the
     error estimates' norm over the values' norm, globally and per tensor (tensor_of; None:
@@ -91,7 +87,7 @@ def _floor(values, error, excluded, tensor_of) -> float:
     if tensor_of is not None:
         n = int(tensor_of.max()) + 1
         sq = torch.zeros(2, n, dtype=v.dtype, device=v.device)
-        sq.index_add_(1, tensor_of.to(v.device), torch.stack([v, e]).square())
+        sq.index_add_(1, tensor_of, torch.stack([v, e]).square())
         norms = sq.sqrt()
         per = norms[1] / norms[0].clamp(min=FLOOR * scale)
         worst = max(worst, float(per.max()))

@@ -134,12 +134,9 @@ def effective_dtype(g: dict[str, Tensor]) -> str:
     values = values[values != 0]
     if values.numel() < MIN_VALUES:
         return ""
-    below = [lower for lower in LOWER if torch.finfo(lower).bits < torch.finfo(values.dtype).bits]
-
-    def fits(lower: torch.dtype) -> bool:
-        return bool(torch.equal(values.to(lower).to(values.dtype), values))
-
-    # float32 first: a value float32 cannot hold, bfloat16 and float16 cannot either
-    if not below or not fits(below[-1]):
-        return ""
-    return str(next(lower for lower in below if fits(lower))).removeprefix("torch.")
+    for lower in LOWER:
+        if torch.finfo(lower).bits < torch.finfo(values.dtype).bits and bool(
+            torch.equal(values.to(lower).to(values.dtype), values)
+        ):
+            return str(lower).removeprefix("torch.")
+    return ""

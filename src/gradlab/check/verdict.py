@@ -129,15 +129,9 @@ class Checker:
 
     def _reference(self, mode, point, judged, tol, budget_s, progress):
         s = self.settings
-        if mode == "full" and isinstance(point, GenericPoint):
-            ref = generic.full(
-                point, s.h, budget_s=budget_s, generator=self.generator, progress=progress
-            )
-            return ref, reference.compare(ref, judged, tol)
         if mode == "full":
-            ref = reference.full(
-                point, s.h, budget_s=budget_s, generator=self.generator, progress=progress
-            )
+            full = generic.full if isinstance(point, GenericPoint) else reference.full
+            ref = full(point, s.h, budget_s=budget_s, generator=self.generator, progress=progress)
             return ref, reference.compare(ref, judged, tol)
         ref, (result,) = gradient.directional(
             point, s.k, s.h, self.generator, fd.DEFAULT_MAX_BYTES, s.per_tensor, [judged], tol
@@ -149,8 +143,10 @@ class Checker:
         when it cannot run there."""
         if self.fallback:
             return None
+        # a generic point was made on the shadow this check synced; an MLP point needs it synced
+        model = self.shadow if isinstance(point, GenericPoint) else self._synced_shadow()
         try:
-            _, grads = self.method(self._synced_shadow(), point.x, point.y)
+            _, grads = self.method(model, point.x, point.y)
             _well_formed(grads, point)
             return {n: g.detach() for n, g in grads.items()}
         except Exception as e:  # any failure: this method cannot be re-run in float64

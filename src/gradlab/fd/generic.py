@@ -23,12 +23,12 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from gradlab.fd.point import DEFAULT_MAX_BYTES
+from gradlab.fd.function import coordinate_steps, plain_steps
+from gradlab.fd.point import DEFAULT_MAX_BYTES, KINK_RECHECK_FACTOR
 from gradlab.losses import loss
 
 # a row's error estimate above this fraction of max(|value|, the rows' rms) leaves it unresolved
 UNRESOLVED = 1e-6
-RECHECK = 0.1
 
 
 @dataclass
@@ -92,13 +92,9 @@ def default_h(dtype: torch.dtype = torch.float64) -> float:
 def coordinate_gradient(point: GenericPoint, h: float | None = None) -> Tensor:
     """Every coordinate's derivative (flat, in the point's dtype), steps h * max(1, |theta_i|)."""
     h = default_h(point.theta.dtype) if h is None else h
-    n = point.theta.numel()
-    parts = []
-    for rows in torch.arange(n, device=point.theta.device).split(256):
-        steps = torch.zeros(len(rows), n, dtype=point.theta.dtype, device=point.theta.device)
-        steps[torch.arange(len(rows)), rows] = h * point.theta[rows].abs().clamp(min=1.0)
-        parts.append(differences(point, steps)[0])
-    return torch.cat(parts)
+    steps = coordinate_steps(plain_steps(point.theta, h))
+    rows = torch.arange(point.theta.numel(), device=point.theta.device)
+    return torch.cat([differences(point, steps(chunk))[0] for chunk in rows.split(256)])
 
 
 @torch.no_grad()
@@ -114,7 +110,7 @@ def differences(
     again = unresolved.nonzero().squeeze(1)
     if not again.numel():
         return values, error, None, 0
-    redo, redo_error = _richardson(point, steps[again] * RECHECK, max_bytes)
+    redo, redo_error = _richardson(point, steps[again] * KINK_RECHECK_FACTOR, max_bytes)
     better = redo_error < error[again]
     values[again] = torch.where(better, redo, values[again])
     error[again] = torch.where(better, redo_error, error[again])

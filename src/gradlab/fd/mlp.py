@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gradlab.fd.point import DEFAULT_MAX_BYTES, EvaluationPoint
+from gradlab.fd.point import DEFAULT_MAX_BYTES, KINK_RECHECK_FACTOR, EvaluationPoint
 from gradlab.fd.propagate import (
     Delta,
     activation_change,
@@ -29,9 +29,6 @@ from gradlab.fd.propagate import (
     loss_difference,
     second_order,
 )
-
-# A difference that straddles a ReLU kink is redone with a step this much smaller.
-KINK_RECHECK_FACTOR = 0.1
 
 Weight = Tensor | tuple[Tensor, Tensor]  # dense (P, D_out, D_in), or rank-1 factors (u, v)
 

@@ -15,6 +15,9 @@ from gradlab.models import MLP
 
 # Upper bound on the activations one chunk of perturbed sets may hold.
 DEFAULT_MAX_BYTES = 16 * 2**20
+# A difference that straddles a kink (or, in plain differences, that the steps do not resolve)
+# is redone with a step this much smaller.
+KINK_RECHECK_FACTOR = 0.1
 
 
 class Forward(NamedTuple):
