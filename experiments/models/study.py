@@ -453,21 +453,12 @@ def render_paths(p: dict) -> str:
             parts.append("the MLP path is faster at every size measured")
         return "; ".join(parts)
 
-    gen_tols = [
-        r["checks"][f"generic {m}"]["tol_min"]
-        for r in mlp_rows
-        for m in ("directional", "full")
-        if "skipped" not in r["checks"][f"generic {m}"]
-    ]
-    mlp_errs = [
-        r["checks"][f"mlp {m}"]["rel_err_max"] for r in mlp_rows for m in ("directional", "full")
-    ]
-    gen_errs = [
-        r["checks"][f"generic {m}"]["rel_err_max"]
-        for r in mlp_rows
-        for m in ("directional", "full")
-        if "skipped" not in r["checks"][f"generic {m}"]
-    ]
+    modes = ("directional", "full")
+    generic = [r["checks"][f"generic {m}"] for r in mlp_rows for m in modes]
+    generic = [c for c in generic if "skipped" not in c]
+    gen_tols = [c[key] for c in generic for key in ("tol_min", "tol_max")]
+    gen_errs = [c["rel_err_max"] for c in generic]
+    mlp_errs = [r["checks"][f"mlp {m}"]["rel_err_max"] for r in mlp_rows for m in modes]
     skipped = [
         f"{r['model']} H={r['hidden']} ({r['params']})"
         for r in mlp_rows
