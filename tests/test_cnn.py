@@ -109,12 +109,6 @@ def test_init_is_deterministic_and_dtype_independent():
         assert p64.abs().max() <= 1 / math.sqrt(fan_in), name  # U(-1/sqrt(fan_in), 1/sqrt(fan_in))
 
 
-def _operand(*shape, seed):
-    return torch.randn(
-        *shape, dtype=F64, generator=torch.Generator().manual_seed(seed)
-    ).requires_grad_()
-
-
 def test_pooling_rejects_windows_that_do_not_tile():
     with pytest.raises(ValueError, match="do not tile"):
         function_cnn.avg_pool2d(torch.randn(1, 1, 5, 4), 2)

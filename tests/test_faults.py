@@ -263,7 +263,7 @@ def test_sigint_saves_everything_and_resume_matches(tmp_path):
 
 
 @pytest.mark.slow
-def test_interrupt_inside_a_step_group_resumes_exactly(tmp_path):
+def test_interrupt_inside_a_step_group_resumes_exactly(tmp_path, monkeypatch):
     # Lightning runs trainer.inner_steps = 10 optimizer steps per batch: a stop at step 14 is
     # inside the group 10..19; the checkpoint holds 14 steps and the resumed run goes on at 14
     a, b = tmp_path / "A", tmp_path / "B"
@@ -285,7 +285,11 @@ def test_interrupt_inside_a_step_group_resumes_exactly(tmp_path):
         env={"PYTHONPATH": str(TESTS), "FAULTMETHODS_SIGINT_CALL": "0"},
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
-    ref = train(compose_cfg(*common, "trainer.max_steps=30"), tmp_path / "C")
+    # the uninterrupted reference: the same method, never interrupted
+    monkeypatch.syspath_prepend(str(TESTS))
+    monkeypatch.setenv("FAULTMETHODS_SIGINT_CALL", "0")
+    method = "grad.method=faultmethods.sigint_at_step_13"
+    ref = train(compose_cfg(*common, method, "trainer.max_steps=30"), tmp_path / "C")
     assert ref.status == "completed"
     tail = read_metrics(b / "metrics.csv")
     assert [r["step"] for r in tail] == list(range(14, 30))
