@@ -51,7 +51,7 @@ def resolve_device(name: str) -> torch.device:
 
 def build_job(cfg: TrainConfig, output_dir: Path, group: str | None = None) -> Job:
     """Everything one run needs, from its typed config."""
-    from gradlab.app.checkpoints import LAST, identity, resume_step
+    from gradlab.app.checkpoints import INTERRUPTED, LAST, identity, resume_step
     from gradlab.app.module import GradLabModule, InterruptCheckpoint, PeriodicCheckpoint
     from gradlab.training.optim import build_optimizer
 
@@ -80,7 +80,7 @@ def build_job(cfg: TrainConfig, output_dir: Path, group: str | None = None) -> J
     module = GradLabModule(
         runner, sink, lambda p: build_optimizer(o.name, p, **options), cfg.seed, identity(cfg)
     )
-    interrupt = InterruptCheckpoint(output_dir / "checkpoints" / "interrupted.ckpt")
+    interrupt = InterruptCheckpoint(output_dir / "checkpoints" / INTERRUPTED)
     periodic = PeriodicCheckpoint(output_dir / "checkpoints" / LAST, t.ckpt_every_n_steps)
     trainer = _trainer(cfg, device, output_dir, [interrupt, periodic], wandb_logger)
     batches = StepBatches(data, resume_step(cfg), t.inner_steps, _event_every(cfg))
